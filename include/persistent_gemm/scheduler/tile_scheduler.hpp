@@ -1,0 +1,179 @@
+// The persistent tile scheduler. Its meaning is defined once, in
+// python/persistent_gemm/schedule.py; tests/test_scheduler_parity.py proves this file walks
+// the same order, tile for tile.
+//
+//   tag      PersistentSchedule<Swizzle, ClusterM, ClusterN, Raster>   (what the user wrote)
+//   selector TileSchedulerSelector<Tag, TileM, TileN>::type            (what a kernel asks for)
+//   class    PersistentTileScheduler<Tag, TileM, TileN>                (what the roles walk)
+//
+// One iteration clock: worker w (a cluster) visits linear ids w, w+W, w+2W, ... Every role of a
+// CTA (TMA producer, MMA consumers, epilogue) owns a copy of the scheduler and advances it
+// itself; the sequence is a pure function of (Params, blockIdx), so no role ever has to tell
+// another where it is.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <vector_types.h>  // dim3, also for host-only translation units
+
+#include "cutlass/cutlass.h"
+#include "cutlass/fast_math.h"
+
+namespace persistent_gemm::scheduler {
+
+enum class Raster : int { Row = 0, Column = 1 };
+
+// ---------------------------------------------------------------------------------- tag ---
+template <int Swizzle_, int ClusterM_, int ClusterN_, Raster Raster_>
+struct PersistentSchedule {
+  static constexpr int Swizzle = Swizzle_;
+  static constexpr int ClusterM = ClusterM_;
+  static constexpr int ClusterN = ClusterN_;
+  static constexpr Raster RasterOrder = Raster_;
+  static_assert(Swizzle >= 1 && Swizzle <= 64, "swizzle must be in [1, 64]");
+  static_assert((ClusterM == 1 || ClusterM == 2 || ClusterM == 4) &&
+                    (ClusterN == 1 || ClusterN == 2 || ClusterN == 4),
+                "cluster extents must be 1, 2 or 4");
+  static_assert(ClusterM * ClusterN <= 8, "cluster larger than the portable 8 CTAs");
+};
+
+// What one CTA does at one step of its clock.
+struct WorkTileInfo {
+  int32_t tile_id = 0;      // linear id on the clock
+  int32_t l_idx = 0;        // batch
+  int32_t cluster_row = 0;  // cluster coordinate, before adding this CTA's rank
+  int32_t cluster_col = 0;
+  int32_t m_idx = 0;        // this CTA's output tile, in tiles
+  int32_t n_idx = 0;
+  bool valid = false;       // the id is on the clock (tile_id < num_ids)
+  bool in_bounds = false;   // this CTA's tile lies inside Mt x Nt (false for a tail CTA)
+
+  CUTLASS_HOST_DEVICE bool is_valid() const { return valid; }
+  // A tail CTA of a valid cluster: joins barriers and multicasts, touches no memory of its own.
+  CUTLASS_HOST_DEVICE bool is_tail() const { return valid && !in_bounds; }
+};
+
+// ------------------------------------------------------------------------------- class ---
+template <class Schedule, int TileM, int TileN>
+class PersistentTileScheduler {
+ public:
+  static constexpr int Swizzle = Schedule::Swizzle;
+  static constexpr int ClusterM = Schedule::ClusterM;
+  static constexpr int ClusterN = Schedule::ClusterN;
+  static constexpr Raster RasterOrder = Schedule::RasterOrder;
+  static constexpr bool kRowRaster = RasterOrder == Raster::Row;
+  static_assert(TileM > 0 && TileN > 0, "tile extents must be positive");
+
+  struct Arguments {
+    int m = 1, n = 1, l = 1;
+    int max_workers = 0;  // 0: as many clusters as fit on the GPU
+  };
+
+  // Everything the clock needs, divisors precomputed on the host. "major" is the dimension
+  // panels are stacked along (M for row raster), "minor" the one ids sweep inside a panel.
+  struct Params {
+    int32_t tiles_m = 0, tiles_n = 0;
+    int32_t clusters_m = 0, clusters_n = 0;
+    int32_t clusters_major = 0, clusters_minor = 0;
+    int32_t full_panels = 0;  // panels of exactly Swizzle clusters
+    int32_t num_ids = 0;      // L * Mc * Nc
+    int32_t num_workers = 1;
+    cutlass::FastDivmod per_batch;   // Mc * Nc
+    cutlass::FastDivmod panel_ids;   // Swizzle * clusters_minor
+    cutlass::FastDivmod last_width;  // width of the narrowed last panel
+  };
+
+  static Params to_underlying_arguments(Arguments const& args, int sm_count) {
+    Params p;
+    p.tiles_m = (args.m + TileM - 1) / TileM;
+    p.tiles_n = (args.n + TileN - 1) / TileN;
+    p.clusters_m = (p.tiles_m + ClusterM - 1) / ClusterM;
+    p.clusters_n = (p.tiles_n + ClusterN - 1) / ClusterN;
+    p.clusters_major = kRowRaster ? p.clusters_m : p.clusters_n;
+    p.clusters_minor = kRowRaster ? p.clusters_n : p.clusters_m;
+    p.full_panels = p.clusters_major / Swizzle;
+    int const tail = p.clusters_major - p.full_panels * Swizzle;
+    p.num_ids = args.l * p.clusters_m * p.clusters_n;
+    p.per_batch = cutlass::FastDivmod(p.clusters_m * p.clusters_n);
+    p.panel_ids = cutlass::FastDivmod(Swizzle * p.clusters_minor);
+    p.last_width = cutlass::FastDivmod(tail > 0 ? tail : Swizzle);
+    int const fit = sm_count / (ClusterM * ClusterN);
+    int workers = args.max_workers > 0 ? args.max_workers : (fit > 0 ? fit : 1);
+    p.num_workers = workers;
+    return p;
+  }
+
+  // Clusters to launch: never more than there are ids (an idle cluster only costs a launch).
+  static int launched_workers(Params const& p) {
+    return p.num_workers < p.num_ids ? p.num_workers : (p.num_ids > 0 ? p.num_ids : 1);
+  }
+
+  // Grid laid out (ClusterM, ClusterN * W): blockIdx.x is the CTA's M-rank inside its
+  // cluster, blockIdx.y / ClusterN the worker. Launch with cluster dims (ClusterM, ClusterN, 1).
+  static dim3 get_grid_shape(Params const& p) {
+    return dim3(ClusterM, ClusterN * launched_workers(p), 1);
+  }
+
+  // The map coord(t): pure, host and device. Swizzle is a compile-time constant, so the full
+  // panels divide by shifts or multiplies; only the narrowed last panel needs last_width.
+  CUTLASS_HOST_DEVICE static WorkTileInfo work_at(Params const& p, int32_t tile_id, int rank_m,
+                                                  int rank_n) {
+    WorkTileInfo w;
+    w.tile_id = tile_id;
+    w.valid = tile_id < p.num_ids;
+    if (!w.valid) return w;
+    int32_t t, panel, within, a, b;
+    p.per_batch(w.l_idx, t, tile_id);
+    p.panel_ids(panel, within, t);
+    if (panel < p.full_panels) {
+      a = panel * Swizzle + within % Swizzle;
+      b = within / Swizzle;
+    } else {
+      int32_t r;
+      p.last_width(b, r, within);
+      a = panel * Swizzle + r;
+    }
+    w.cluster_row = kRowRaster ? a : b;
+    w.cluster_col = kRowRaster ? b : a;
+    w.m_idx = w.cluster_row * ClusterM + rank_m;
+    w.n_idx = w.cluster_col * ClusterN + rank_n;
+    w.in_bounds = w.m_idx < p.tiles_m && w.n_idx < p.tiles_n;
+    return w;
+  }
+
+#if defined(__CUDACC__)
+  CUTLASS_DEVICE explicit PersistentTileScheduler(Params const& params)
+      : params_(params),
+        rank_m_(int(blockIdx.x)),
+        rank_n_(int(blockIdx.y) % ClusterN),
+        worker_(int(blockIdx.y) / ClusterN),
+        stride_(int(gridDim.y) / ClusterN) {}
+
+  CUTLASS_DEVICE WorkTileInfo initial_work() const { return work_at(params_, worker_, rank_m_, rank_n_); }
+
+  CUTLASS_DEVICE WorkTileInfo next_work(WorkTileInfo const& cur) const {
+    return work_at(params_, cur.tile_id + stride_, rank_m_, rank_n_);
+  }
+
+  CUTLASS_DEVICE int worker() const { return worker_; }
+
+ private:
+  Params params_;
+  int rank_m_, rank_n_, worker_, stride_;
+#endif
+};
+
+// ---------------------------------------------------------------------------- selector ---
+template <class Tag, int TileM, int TileN, class Enable = void>
+struct TileSchedulerSelector {
+  static_assert(sizeof(Tag) == 0,
+                "persistent_gemm: unsupported tile scheduler tag (use scheduler::PersistentSchedule)");
+};
+
+template <int S, int CM, int CN, Raster R, int TileM, int TileN>
+struct TileSchedulerSelector<PersistentSchedule<S, CM, CN, R>, TileM, TileN> {
+  using type = PersistentTileScheduler<PersistentSchedule<S, CM, CN, R>, TileM, TileN>;
+};
+
+}  // namespace persistent_gemm::scheduler

@@ -1,0 +1,234 @@
+"""Kernel configurations and their canonical names: the one catalogue.
+
+A :class:`KernelConfig` holds a :class:`~persistent_gemm.schedule.TileSchedule` beside the
+tile shape, pipeline depth, kernel style, input dtype family and target arch. Its canonical
+name, e.g. ``sm90a_bf16_128x256x64_c2x1_sw8_row_coop``, is at once the ``config=`` string the
+ops accept, the generated file's stem, the pytest id and the benchmark label.
+
+The build (``setup.py``), the code generator (:mod:`persistent_gemm.codegen`), the runtime
+dispatch, the tests and the benchmarks all read :data:`CATALOGUE`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from .schedule import TileSchedule
+
+Arch = Literal["sm90a", "sm100a"]
+Dtype = Literal["bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"]
+Kernel = Literal["cooperative", "pingpong", "1sm", "2sm"]
+
+ARCHS: tuple[str, ...] = ("sm90a", "sm100a")
+DTYPES: tuple[str, ...] = ("bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1")
+#: bytes per element of the A operand, per dtype family (for K-tile and footprint rules)
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1, "mxfp8": 1, "e4m3xe2m1": 1}
+KERNEL_STYLES = {"sm90a": ("cooperative", "pingpong"), "sm100a": ("1sm", "2sm")}
+_STYLE_TOKEN = {"cooperative": "coop", "pingpong": "pp", "1sm": "1sm", "2sm": "2sm"}
+_TOKEN_STYLE = {v: k for k, v in _STYLE_TOKEN.items()}
+
+#: Environment variable: a regex; only catalogue names it matches (re.search) are built.
+KERNELS_ENV = "PGEMM_KERNELS"
+
+
+class ConfigError(ValueError):
+    """A kernel configuration that cannot be instantiated; the message says why."""
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One kernel instantiation.
+
+    Parameters
+    ----------
+    tile : (tile_m, tile_n, tile_k)
+        CTA tile. On SM90 cooperative kernels split tile_m across two consumer warpgroups
+        (tile_m in {128, 256}); ping-pong consumers each own a whole tile (tile_m = 64 or 128).
+        tile_k * element bytes must be 64 or 128 (one 128B-swizzled shared-memory row).
+    schedule : TileSchedule
+        Swizzle, cluster shape and raster order.
+    stages : int or None
+        Shared-memory pipeline depth; ``None`` lets CUTLASS fill the shared memory left after
+        the epilogue (``StageCountAutoCarveout``).
+    kernel : {"cooperative", "pingpong"} on sm90a, {"1sm", "2sm"} on sm100a
+    dtype : {"bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"}
+    arch : {"sm90a", "sm100a"}
+    """
+
+    tile: tuple[int, int, int] = (128, 256, 64)
+    schedule: TileSchedule = field(default_factory=TileSchedule)
+    stages: Optional[int] = None
+    kernel: Kernel = "cooperative"
+    dtype: Dtype = "bf16"
+    arch: Arch = "sm90a"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tile", tuple(int(t) for t in self.tile))
+        reason = self.rejection()
+        if reason:
+            raise ConfigError(f"invalid kernel config: {reason}")
+
+    def rejection(self) -> Optional[str]:
+        """The first rule this config breaks, as a one-line reason, or None."""
+        if self.arch not in ARCHS:
+            return f"arch must be one of {ARCHS}, got {self.arch!r}"
+        if self.dtype not in DTYPES:
+            return f"dtype must be one of {DTYPES}, got {self.dtype!r}"
+        if self.kernel not in KERNEL_STYLES[self.arch]:
+            return f"kernel style {self.kernel!r} does not exist on {self.arch} (choose from {KERNEL_STYLES[self.arch]})"
+        if not isinstance(self.schedule, TileSchedule):
+            return f"schedule must be a TileSchedule, got {type(self.schedule).__name__}"
+        if len(self.tile) != 3:
+            return f"tile must be (tile_m, tile_n, tile_k), got {self.tile}"
+        tm, tn, tk = self.tile
+        if self.stages is not None and not 2 <= self.stages <= 12:
+            return f"stages must be None (auto) or in [2, 12], got {self.stages}"
+        if tk * DTYPE_BYTES[self.dtype] not in (64, 128):
+            return f"tile_k={tk} x {DTYPE_BYTES[self.dtype]} B is not one 64 B or 128 B swizzled row"
+        if tn % 16 or not 16 <= tn <= 256:
+            return f"tile_n={tn} must be a multiple of 16 in [16, 256] (one wgmma/UMMA N extent)"
+        if self.arch == "sm90a":
+            if self.kernel == "cooperative" and tm not in (128, 256):
+                return f"cooperative kernels split tile_m across 2 consumer warpgroups: tile_m must be 128 or 256, got {tm}"
+            if self.kernel == "pingpong" and tm not in (64, 128):
+                return f"ping-pong consumers each own a tile: tile_m must be 64 or 128, got {tm}"
+            if self.dtype in ("mxfp8", "e4m3xe2m1"):
+                return f"{self.dtype} needs block-scaled tensor cores (sm100a); SM90 has none"
+        else:
+            want = (64, 128) if self.kernel == "1sm" else (128, 256)
+            if tm not in want:
+                return f"{self.kernel} UMMA needs tile_m in {want}, got {tm}"
+            if self.kernel == "2sm" and self.schedule.cluster_m % 2:
+                return f"2sm kernels pair CTAs along M: cluster_m must be even, got {self.schedule.cluster_m}"
+        return None
+
+    # -- naming ----------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        tm, tn, tk = self.tile
+        s = self.schedule
+        parts = [
+            self.arch,
+            self.dtype,
+            f"{tm}x{tn}x{tk}",
+            f"c{s.cluster_m}x{s.cluster_n}",
+            f"sw{s.swizzle}",
+            s.raster,
+            _STYLE_TOKEN[self.kernel],
+        ]
+        if self.stages is not None:
+            parts.append(f"s{self.stages}")
+        return "_".join(parts)
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def from_name(cls, name: str) -> "KernelConfig":
+        """Inverse of :attr:`name`. Raises :class:`ConfigError` naming the bad field."""
+        m = _NAME_RE.fullmatch(name)
+        if not m:
+            raise ConfigError(
+                f"config name {name!r} is not of the form "
+                "<arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>_<coop|pp|1sm|2sm>[_s<stages>]"
+            )
+        g = m.groupdict()
+        try:
+            schedule = TileSchedule(
+                swizzle=int(g["sw"]), cluster=(int(g["cm"]), int(g["cn"])), raster=g["raster"]
+            )
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"config name {name!r}: {e}") from None
+        return cls(
+            tile=(int(g["tm"]), int(g["tn"]), int(g["tk"])),
+            schedule=schedule,
+            stages=int(g["stages"]) if g["stages"] else None,
+            kernel=_TOKEN_STYLE[g["style"]],
+            dtype=g["dtype"],
+            arch=g["arch"],
+        )
+
+    # -- lowering --------------------------------------------------------------------------
+    def template_args(self) -> dict[str, str]:
+        """C++ spellings of this config's compile-time parameters (see codegen templates)."""
+        tm, tn, tk = self.tile
+        s = self.schedule
+        raster = "Row" if s.raster == "row" else "Column"
+        return {
+            "name": self.name,
+            "arch": self.arch,
+            "tile_shape": f"cute::Shape<cute::_{tm}, cute::_{tn}, cute::_{tk}>",
+            "cluster_shape": f"cute::Shape<cute::_{s.cluster_m}, cute::_{s.cluster_n}, cute::_1>",
+            "tile_m": str(tm),
+            "tile_n": str(tn),
+            "tile_k": str(tk),
+            "cluster_m": str(s.cluster_m),
+            "cluster_n": str(s.cluster_n),
+            "swizzle": str(s.swizzle),
+            "raster": f"persistent_gemm::scheduler::Raster::{raster}",
+            "schedule_tag": (
+                f"persistent_gemm::scheduler::PersistentSchedule<{s.swizzle}, {s.cluster_m}, {s.cluster_n}, "
+                f"persistent_gemm::scheduler::Raster::{raster}>"
+            ),
+            "stages": "0" if self.stages is None else str(self.stages),
+            "kernel_style": {
+                "cooperative": "persistent_gemm::kernel::Cooperative",
+                "pingpong": "persistent_gemm::kernel::PingPong",
+                "1sm": "persistent_gemm::kernel::Umma1Sm",
+                "2sm": "persistent_gemm::kernel::Umma2Sm",
+            }[self.kernel],
+            "dtype": self.dtype,
+        }
+
+
+_NAME_RE = re.compile(
+    r"(?P<arch>sm90a|sm100a)_(?P<dtype>bf16|fp16|e4m3xe2m1|e4m3|mxfp8)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)"
+    r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)_(?P<style>coop|pp|1sm|2sm)(?:_s(?P<stages>\d+))?"
+)
+
+
+def _cfg(tile, swizzle, cluster, kernel="cooperative", dtype="bf16", arch="sm90a", raster="row", stages=None):
+    return KernelConfig(
+        tile=tile,
+        schedule=TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster),
+        stages=stages,
+        kernel=kernel,
+        dtype=dtype,
+        arch=arch,
+    )
+
+
+#: The default catalogue. Kept lean: every entry costs minutes of nvcc time in CI.
+CATALOGUE: tuple[KernelConfig, ...] = (
+    _cfg((128, 256, 64), 8, (2, 1)),
+    _cfg((128, 256, 64), 8, (2, 1), dtype="fp16"),
+    _cfg((128, 256, 128), 8, (2, 1), dtype="e4m3"),
+    _cfg((128, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a", raster="row"),
+)
+
+
+def by_name() -> dict[str, KernelConfig]:
+    return {c.name: c for c in CATALOGUE}
+
+
+def lookup(name: str) -> KernelConfig:
+    """The catalogue entry called ``name``; an unknown name lists what exists."""
+    table = by_name()
+    if name not in table:
+        raise ConfigError(f"unknown config {name!r}; the catalogue has: {', '.join(sorted(table))}")
+    return table[name]
+
+
+def selected(pattern: Optional[str] = None, archs: Optional[tuple[str, ...]] = None) -> list[KernelConfig]:
+    """Catalogue entries to build: names matching ``pattern`` (default: $PGEMM_KERNELS, else all)
+    and whose arch is in ``archs``."""
+    if pattern is None:
+        pattern = os.environ.get(KERNELS_ENV, "")
+    try:
+        rx = re.compile(pattern)
+    except re.error as e:
+        raise ConfigError(f"{KERNELS_ENV}={pattern!r} is not a valid regex: {e}") from None
+    return [c for c in CATALOGUE if rx.search(c.name) and (archs is None or c.arch in archs)]
