@@ -48,8 +48,10 @@ class TileSchedule:
     ----------
     swizzle : int
         Panel width S in clusters (rows for ``raster="row"``, columns for ``"column"``).
-        Ids walk one panel of S cluster rows before the next panel starts, which keeps the
-        A row-panels (row raster) that a wave of workers touches few, so they stay in L2.
+        Ids walk one panel of S cluster rows before the next panel starts, so a wave of
+        workers covers a near-square block of S rows by W/S columns instead of one long row:
+        it touches fewer B column-panels (row raster) for a few more A row-panels, and the
+        sum is what has to stay in L2 (see :func:`footprint_summary`).
         ``1`` is plain raster order. Must be in ``[1, 64]``.
     cluster : tuple of int
         ``(cluster_m, cluster_n)``: CTAs per thread-block cluster. Each extent is 1, 2 or 4
@@ -223,3 +225,236 @@ class ScheduleGrid:
 def default_workers(sm_count: int, schedule: TileSchedule) -> int:
     """Persistent workers that fit: one CTA per SM, whole clusters only."""
     return max(1, sm_count // (schedule.cluster_m * schedule.cluster_n))
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-wave L2 footprint: how many A row-panels and B column-panels each wave of workers touches.
+# ---------------------------------------------------------------------------------------------
+
+
+class WaveFootprint(NamedTuple):
+    """Operand panels one wave touches. Wave ``s`` is every worker's ``s``-th visit, i.e. ids
+    ``s*W .. s*W + W - 1``. A *panel* is the full-K strip of A (one CTA tile row ``m``) or of B
+    (one CTA tile column ``n``); tail CTAs of a cluster touch nothing. The last panel is clipped
+    to M (or N). Byte counts cover the operands only (no block scales, no C/D)."""
+
+    wave: int
+    visits: int  #: cluster ids in this wave (``W``, fewer in the last wave)
+    tiles: int  #: in-bounds CTA tiles produced
+    a_panels: int  #: distinct (batch, m) A row-panels
+    b_panels: int  #: distinct (batch, n) B column-panels
+    a_bytes: int
+    b_bytes: int
+    total_bytes: int
+
+
+def _as_config(config):
+    from .catalogue import KernelConfig
+
+    return KernelConfig.from_name(config) if isinstance(config, str) else config
+
+
+def operand_bytes(dtype: str):
+    """Bytes per element of A and of B as exact fractions (``e4m3xe2m1``: B is FP4, 1/2 byte)."""
+    from fractions import Fraction
+
+    from .catalogue import DTYPE_BYTES
+
+    a = Fraction(DTYPE_BYTES[dtype])
+    return a, (Fraction(1, 2) if dtype == "e4m3xe2m1" else a)
+
+
+def _grid_of(config, M: int, N: int, batch: int = 1) -> ScheduleGrid:
+    return config.schedule.over(M=M, N=N, tile=config.tile[:2], batch=batch)
+
+
+def wave_footprint(config, M: int, N: int, K: int, workers: int, *, batch: int = 1) -> list[WaveFootprint]:
+    """Per-wave footprint of ``config`` (a KernelConfig or canonical name) on an
+    ``M x N x K`` GEMM run by ``workers`` persistent clusters.
+
+    >>> from persistent_gemm.catalogue import KernelConfig
+    >>> from persistent_gemm.schedule import TileSchedule
+    >>> cfg = KernelConfig(tile=(128, 128, 64), schedule=TileSchedule(swizzle=2))
+    >>> [(f.a_panels, f.b_panels) for f in wave_footprint(cfg, 512, 512, 64, workers=8)]
+    [(2, 4), (2, 4)]
+    """
+    config = _as_config(config)
+    if not isinstance(K, int) or K < 1:
+        raise ValueError(f"K must be a positive int, got {K!r}")
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    g = _grid_of(config, M, N, batch)
+    a_el, b_el = operand_bytes(config.dtype)
+    tm, tn = g.tile_m, g.tile_n
+    out = []
+    for s in range(g.waves(workers)):
+        ids = range(s * workers, min((s + 1) * workers, g.num_ids))
+        ms, ns, tiles = set(), set(), 0
+        for t in ids:
+            l, r, c = g.coord_batched(t)
+            for m, n in g.cta_tiles(r, c):
+                ms.add((l, m))
+                ns.add((l, n))
+                tiles += 1
+        a_rows = sum(min(tm, M - m * tm) for _, m in ms)
+        b_cols = sum(min(tn, N - n * tn) for _, n in ns)
+        a_b, b_b = ceil_div(a_rows * K * a_el.numerator, a_el.denominator), ceil_div(
+            b_cols * K * b_el.numerator, b_el.denominator
+        )
+        out.append(WaveFootprint(s, len(ids), tiles, len(ms), len(ns), a_b, b_b, a_b + b_b))
+    return out
+
+
+def footprint_summary(
+    config, M: int, N: int, K: int, workers: int, *, batch: int = 1, footprints=None
+) -> dict:
+    """Totals over the waves of :func:`wave_footprint` (pass ``footprints`` to reuse them).
+
+    ``total_bytes`` is what the waves load if nothing survives in L2 from one wave to the next;
+    ``compulsory_bytes`` is every operand byte once; their ratio is ``traffic_ratio``.
+    """
+    config = _as_config(config)
+    fps = footprints if footprints is not None else wave_footprint(config, M, N, K, workers, batch=batch)
+    g = _grid_of(config, M, N, batch)
+    a_el, b_el = operand_bytes(config.dtype)
+    compulsory = ceil_div(batch * M * K * a_el.numerator, a_el.denominator) + ceil_div(
+        batch * N * K * b_el.numerator, b_el.denominator
+    )
+    n = len(fps)
+    total = sum(f.total_bytes for f in fps)
+    return {
+        "config": config.name,
+        "M": M,
+        "N": N,
+        "K": K,
+        "batch": batch,
+        "tiles_m": g.tiles_m,
+        "tiles_n": g.tiles_n,
+        "clusters_m": g.clusters_m,
+        "clusters_n": g.clusters_n,
+        "num_ids": g.num_ids,
+        "workers": workers,
+        "waves": n,
+        "mean_bytes": total / n,
+        "max_bytes": max(f.total_bytes for f in fps),
+        "mean_a_bytes": sum(f.a_bytes for f in fps) / n,
+        "mean_b_bytes": sum(f.b_bytes for f in fps) / n,
+        "mean_a_panels": sum(f.a_panels for f in fps) / n,
+        "mean_b_panels": sum(f.b_panels for f in fps) / n,
+        "max_a_panels": max(f.a_panels for f in fps),
+        "max_b_panels": max(f.b_panels for f in fps),
+        "a_panel_loads": sum(f.a_panels for f in fps),
+        "b_panel_loads": sum(f.b_panels for f in fps),
+        "panel_loads": sum(f.a_panels + f.b_panels for f in fps),
+        "total_bytes": total,
+        "compulsory_bytes": compulsory,
+        "traffic_ratio": total / compulsory,
+    }
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2**20:.1f}"
+
+
+def format_footprint(footprints: Sequence[WaveFootprint], max_rows: int | None = None) -> str:
+    """Plain-text table, one row per wave (the middle elided past ``max_rows``)."""
+    head = ("wave", "ids", "tiles", "A panels", "B panels", "A MiB", "B MiB", "total MiB")
+    rows = [
+        (str(f.wave), str(f.visits), str(f.tiles), str(f.a_panels), str(f.b_panels), _mib(f.a_bytes), _mib(f.b_bytes), _mib(f.total_bytes))
+        for f in footprints
+    ]
+    if max_rows is not None and len(rows) > max_rows:
+        k = max(1, max_rows // 2)
+        tail = rows[len(rows) - (max_rows - k):] if max_rows > k else []
+        rows = rows[:k] + [("...",) + ("",) * (len(head) - 1)] + tail
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    line = lambda r: "  ".join(c.rjust(w) for c, w in zip(r, widths))  # noqa: E731
+    return "\n".join([line(head), line(tuple("-" * w for w in widths)), *map(line, rows)])
+
+
+def format_summary(summary: dict) -> str:
+    """Plain-text block for a :func:`footprint_summary` dict."""
+    s = summary
+    return "\n".join(
+        [
+            f"waves               {s['waves']} ({s['workers']} workers, {s['num_ids']} ids)",
+            f"A panels per wave   mean {s['mean_a_panels']:.2f}  max {s['max_a_panels']}",
+            f"B panels per wave   mean {s['mean_b_panels']:.2f}  max {s['max_b_panels']}",
+            f"bytes per wave      mean {_mib(s['mean_bytes'])} MiB (A {_mib(s['mean_a_bytes'])} + B {_mib(s['mean_b_bytes'])})"
+            f"  max {_mib(s['max_bytes'])} MiB",
+            f"panel loads         {s['panel_loads']} (A {s['a_panel_loads']} + B {s['b_panel_loads']};"
+            f" {s['tiles_m'] * s['batch']} + {s['tiles_n'] * s['batch']} distinct)",
+            f"total bytes         {_mib(s['total_bytes'])} MiB over all waves"
+            f" = {s['traffic_ratio']:.2f}x compulsory {_mib(s['compulsory_bytes'])} MiB",
+        ]
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Picture of the order.
+# ---------------------------------------------------------------------------------------------
+
+#: Largest tile grid (per side) whose tiles get their worker id written on them.
+PLOT_ANNOTATE_MAX = 64
+
+
+def visit_grid(config, M: int, N: int, workers: int):
+    """``(step, worker)``: two ``Mt x Nt`` lists of lists; tile ``(m, n)`` is produced by worker
+    ``worker[m][n]`` at its step ``step[m][n]`` (batch 1)."""
+    config = _as_config(config)
+    g = _grid_of(config, M, N)
+    step = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
+    worker = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
+    for t in range(g.num_ids):
+        for m, n in g.cta_tiles(*g.coord(t)):
+            step[m][n], worker[m][n] = divmod(t, workers)
+    return step, worker
+
+
+def plot(config, M: int, N: int, path, workers: int | None = None, sm_count: int = 132):
+    """Draw the ``Mt x Nt`` tile grid coloured by visit step and save it to ``path`` (PNG, or
+    whatever the suffix says). Tiles carry their worker id when the grid is at most
+    :data:`PLOT_ANNOTATE_MAX` tiles a side. ``workers`` defaults to
+    :func:`default_workers` of ``sm_count``. Returns ``path``. Needs matplotlib
+    (``pip install matplotlib`` or ``pip install persistent_gemm[plot]``)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ImportError(
+            "persistent_gemm.schedule.plot needs matplotlib: pip install matplotlib "
+            "(or pip install 'persistent_gemm[plot]')"
+        ) from e
+    config = _as_config(config)
+    if workers is None:
+        workers = default_workers(sm_count, config.schedule)
+    g = _grid_of(config, M, N)
+    step, worker = visit_grid(config, M, N, workers)
+    Mt, Nt = g.tiles_m, g.tiles_n
+    cell = 0.32 if max(Mt, Nt) <= PLOT_ANNOTATE_MAX else 0.1
+    w_in = min(max(Nt * cell + 2.0, 4.0), 24.0)
+    h_in = min(max(Mt * cell + 1.5, 3.0), 24.0)
+    fig = Figure(figsize=(w_in, h_in), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    im = ax.imshow(step, cmap="viridis", interpolation="nearest", aspect="auto", origin="upper")
+    fig.colorbar(im, ax=ax, label="visit step (wave)")
+    if max(Mt, Nt) <= PLOT_ANNOTATE_MAX:
+        cell_pt = min((w_in - 2.0) * 72 / Nt, (h_in - 1.5) * 72 / Mt)
+        fs = max(2.5, min(9.0, 0.4 * cell_pt))
+        waves = max(1, g.waves(workers) - 1)
+        for m in range(Mt):
+            for n in range(Nt):
+                ax.text(n, m, str(worker[m][n]), ha="center", va="center", fontsize=fs,
+                        color="white" if step[m][n] < 0.6 * waves else "black")
+    cm, cn = config.schedule.cluster
+    for x in range(cn, Nt, cn):
+        ax.axvline(x - 0.5, color="white", lw=0.3, alpha=0.5)
+    for y in range(cm, Mt, cm):
+        ax.axhline(y - 0.5, color="white", lw=0.3, alpha=0.5)
+    ax.set_xlabel(f"tile column n (Nt={Nt})")
+    ax.set_ylabel(f"tile row m (Mt={Mt})")
+    ax.set_title(f"{config.name}\nM={M} N={N}, {workers} workers, {g.waves(workers)} waves", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path

@@ -1,0 +1,203 @@
+#include "checks.h"
+
+#include <cstring>
+#include <sstream>
+
+#include <c10/util/Exception.h>
+
+#include "persistent_gemm/host/catalogue.h"
+
+namespace persistent_gemm {
+namespace {
+
+std::string dtype_name(at::ScalarType t) { return c10::toString(t); }
+
+void check_2d(char const* op, char const* arg, at::Tensor const& t, char const* shape) {
+  TORCH_CHECK_VALUE(t.defined(), op, ": ", arg, " is undefined; expected a ", shape, " tensor");
+  TORCH_CHECK_VALUE(t.dim() == 2, op, ": ", arg, " must be a 2-D tensor ", shape, ", got ", t.dim(),
+                    "-D with shape ", t.sizes());
+}
+
+void check_dtype(char const* op, char const* arg, at::Tensor const& t, at::ScalarType want) {
+  TORCH_CHECK_TYPE(t.scalar_type() == want, op, ": ", arg, " must be ", dtype_name(want), ", got ",
+                   dtype_name(t.scalar_type()));
+}
+
+void check_same_device(char const* op, at::Tensor const& a, char const* other_name,
+                       at::Tensor const& other) {
+  TORCH_CHECK_VALUE(a.device() == other.device(), op, ": ", other_name, " is on ", other.device(),
+                    " but a is on ", a.device(), "; all operands must be on one device");
+}
+
+void check_device_kind(char const* op, at::Tensor const& a) {
+  TORCH_CHECK_VALUE(a.device().is_cpu() || a.device().is_cuda(), op,
+                    ": tensors must be on CPU or CUDA, got ", a.device());
+}
+
+// A unit stride in the given dim, or a size-1 extent that makes either layout valid.
+bool unit_in(at::Tensor const& t, int dim) { return t.stride(dim) == 1 || t.size(dim) <= 1; }
+
+void check_row_major(char const* op, char const* arg, at::Tensor const& t, char const* what) {
+  TORCH_CHECK_VALUE(unit_in(t, 1), op, ": ", arg, " must be ", what, " (stride(1) == 1), got strides ",
+                    t.strides(), "; call .contiguous()");
+}
+
+void check_col_major(char const* op, char const* arg, at::Tensor const& t, char const* what) {
+  TORCH_CHECK_VALUE(unit_in(t, 0), op, ": ", arg, " must be ", what,
+                    " (stride(0) == 1, e.g. w.t() for a row-major (N, K) weight), got strides ",
+                    t.strides());
+}
+
+at::ScalarType resolve_out(char const* op, std::optional<at::ScalarType> out_dtype,
+                           at::ScalarType fallback) {
+  at::ScalarType o = out_dtype.value_or(fallback);
+  TORCH_CHECK_TYPE(o == at::kBFloat16 || o == at::kHalf || o == at::kFloat, op,
+                   ": out_dtype must be torch.bfloat16, torch.float16 or torch.float32, got ",
+                   dtype_name(o));
+  return o;
+}
+
+void check_scale_dtype(char const* op, char const* arg, at::Tensor const& s) {
+  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat8_e8m0fnu, op, ": ", arg,
+                   " must be torch.float8_e8m0fnu (one e8m0 scale per 1x32 block along K), got ",
+                   dtype_name(s.scalar_type()));
+}
+
+void check_block_scale(char const* op, char const* arg, at::Tensor const& s, int64_t rows,
+                       char const* rows_name, int64_t k) {
+  check_2d(op, arg, s, "(rows, ceil(K/32))");
+  check_scale_dtype(op, arg, s);
+  int64_t const blocks = (k + kMxBlock - 1) / kMxBlock;
+  TORCH_CHECK_VALUE(s.size(0) == rows && s.size(1) == blocks, op, ": ", arg, " must have shape (",
+                    rows_name, ", ceil(K/32)) = (", rows, ", ", blocks, "), got ", s.sizes());
+  check_row_major(op, arg, s, "row-major");
+}
+
+}  // namespace
+
+void check_config(char const* op, std::optional<c10::string_view> config,
+                  std::initializer_list<char const*> families) {
+  if (!config.has_value()) return;
+  std::string const name(config->data(), config->size());
+  for (auto const& row : host::catalogue()) {
+    if (name != row.name) continue;
+    // Canonical names are <arch>_<dtype>_...: the dtype field must match the op.
+    std::string const rest = name.substr(name.find('_') + 1);
+    std::string const family = rest.substr(0, rest.find('_'));
+    for (char const* f : families)
+      if (family == f) return;
+    std::ostringstream want;
+    for (char const* f : families) want << f << " ";
+    TORCH_CHECK_VALUE(false, op, ": config '", name, "' is a ", family, " kernel; this op takes ",
+                      want.str(), "kernels");
+  }
+  std::ostringstream known;
+  for (auto const& row : host::catalogue()) known << "\n  " << row.name;
+  TORCH_CHECK_VALUE(false, op, ": unknown config '", name, "'; the catalogue has:", known.str());
+}
+
+Problem check_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
+                 std::optional<at::ScalarType> out_dtype) {
+  check_2d(op, "a", a, "(M, K)");
+  check_2d(op, "b", b, "(K, N)");
+  check_device_kind(op, a);
+  check_same_device(op, a, "b", b);
+  auto const t = a.scalar_type();
+  TORCH_CHECK_TYPE(t == at::kBFloat16 || t == at::kHalf, op,
+                   ": a must be torch.bfloat16 or torch.float16, got ", dtype_name(t));
+  TORCH_CHECK_TYPE(b.scalar_type() == t, op, ": b must have a's dtype ", dtype_name(t), ", got ",
+                   dtype_name(b.scalar_type()));
+  TORCH_CHECK_VALUE(a.size(1) == b.size(0), op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
+                    b.sizes(), "; their K extents differ");
+  TORCH_CHECK_VALUE(unit_in(a, 0) || unit_in(a, 1), op,
+                    ": a needs a unit stride in one dimension (row- or column-major), got strides ",
+                    a.strides(), "; call .contiguous()");
+  TORCH_CHECK_VALUE(unit_in(b, 0) || unit_in(b, 1), op,
+                    ": b needs a unit stride in one dimension (row- or column-major), got strides ",
+                    b.strides(), "; call .contiguous()");
+  return {a.size(0), b.size(1), a.size(1), resolve_out(op, out_dtype, t)};
+}
+
+Problem check_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
+                        at::Tensor const& scale_a, at::Tensor const& scale_b,
+                        std::optional<at::ScalarType> out_dtype, ScaleKind& kind) {
+  check_2d(op, "a", a, "(M, K)");
+  check_2d(op, "b", b, "(K, N)");
+  check_device_kind(op, a);
+  check_same_device(op, a, "b", b);
+  check_dtype(op, "a", a, at::kFloat8_e4m3fn);
+  check_dtype(op, "b", b, at::kFloat8_e4m3fn);
+  TORCH_CHECK_VALUE(a.size(1) == b.size(0), op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
+                    b.sizes(), "; their K extents differ");
+  check_row_major(op, "a", a, "row-major (M, K)");
+  check_col_major(op, "b", b, "column-major (K, N)");
+  int64_t const m = a.size(0), n = b.size(1);
+  for (auto const& [name, s] : {std::pair<char const*, at::Tensor const&>{"scale_a", scale_a},
+                                {"scale_b", scale_b}}) {
+    TORCH_CHECK_VALUE(s.defined(), op, ": ", name, " is undefined");
+    check_same_device(op, a, name, s);
+    check_dtype(op, name, s, at::kFloat);
+  }
+  bool const tensorwise = scale_a.numel() == 1 && scale_b.numel() == 1 && scale_a.dim() <= 2 &&
+                          scale_b.dim() <= 2;
+  if (tensorwise) {
+    kind = ScaleKind::Tensorwise;
+  } else {
+    TORCH_CHECK_VALUE(scale_a.dim() == 2 && scale_a.size(0) == m && scale_a.size(1) == 1, op,
+                      ": scale_a must be a scalar (tensorwise) or (M, 1) = (", m, ", 1) (rowwise), got ",
+                      scale_a.sizes());
+    TORCH_CHECK_VALUE(scale_b.dim() == 2 && scale_b.size(0) == 1 && scale_b.size(1) == n, op,
+                      ": scale_b must be a scalar (tensorwise) or (1, N) = (1, ", n, ") (rowwise), got ",
+                      scale_b.sizes());
+    TORCH_CHECK_VALUE(scale_a.stride(0) == 1 || m == 1, op, ": scale_a (M, 1) must be contiguous");
+    TORCH_CHECK_VALUE(scale_b.stride(1) == 1 || n == 1, op, ": scale_b (1, N) must be contiguous");
+    kind = ScaleKind::Rowwise;
+  }
+  return {m, n, a.size(1), resolve_out(op, out_dtype, at::kBFloat16)};
+}
+
+Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
+                       at::Tensor const& b, at::Tensor const& b_scale,
+                       std::optional<at::ScalarType> out_dtype) {
+  check_2d(op, "a", a, "(M, K)");
+  check_2d(op, "b", b, "(K, N)");
+  check_device_kind(op, a);
+  check_same_device(op, a, "b", b);
+  check_same_device(op, a, "a_scale", a_scale);
+  check_same_device(op, a, "b_scale", b_scale);
+  check_dtype(op, "a", a, at::kFloat8_e4m3fn);
+  check_dtype(op, "b", b, at::kFloat8_e4m3fn);
+  TORCH_CHECK_VALUE(a.size(1) == b.size(0), op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
+                    b.sizes(), "; their K extents differ");
+  check_row_major(op, "a", a, "row-major (M, K)");
+  check_col_major(op, "b", b, "column-major (K, N)");
+  int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
+  check_block_scale(op, "a_scale", a_scale, m, "M", k);
+  check_block_scale(op, "b_scale", b_scale, n, "N", k);
+  return {m, n, k, resolve_out(op, out_dtype, at::kBFloat16)};
+}
+
+Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
+                         at::Tensor const& b, at::Tensor const& b_scale,
+                         std::optional<at::ScalarType> out_dtype) {
+  check_2d(op, "a", a, "(M, K)");
+  check_2d(op, "b", b, "(K/2, N) of packed e2m1 pairs");
+  check_device_kind(op, a);
+  check_same_device(op, a, "b", b);
+  check_same_device(op, a, "a_scale", a_scale);
+  check_same_device(op, a, "b_scale", b_scale);
+  check_dtype(op, "a", a, at::kFloat8_e4m3fn);
+  check_dtype(op, "b", b, at::kFloat4_e2m1fn_x2);
+  int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
+  TORCH_CHECK_VALUE(k % kMxBlock == 0, op, ": K = ", k,
+                    " must be a multiple of 32 (whole e2m1 scale blocks; packed rows 16-byte aligned)");
+  TORCH_CHECK_VALUE(b.size(0) * 2 == k, op, ": b holds two e2m1 values per byte, so it must be (K/2, N) = (",
+                    k / 2, ", ", n, "), got ", b.sizes());
+  check_row_major(op, "a", a, "row-major (M, K)");
+  check_col_major(op, "b", b, "column-major (K/2, N)");
+  check_block_scale(op, "a_scale", a_scale, m, "M", k);
+  check_block_scale(op, "b_scale", b_scale, n, "N", k);
+  return {m, n, k, resolve_out(op, out_dtype, at::kBFloat16)};
+}
+
+}  // namespace persistent_gemm

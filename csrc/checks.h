@@ -1,0 +1,43 @@
+// Input validation shared by the CPU reference and the CUDA dispatch of every op: one set of
+// rules, one set of messages, each naming the argument and what was expected.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <ATen/ATen.h>
+
+namespace persistent_gemm {
+
+// The problem an op call describes, after validation.
+struct Problem {
+  int64_t m = 0, n = 0, k = 0;
+  at::ScalarType out_dtype = at::kBFloat16;
+};
+
+enum class ScaleKind { Tensorwise, Rowwise };
+
+Problem check_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
+                 std::optional<at::ScalarType> out_dtype);
+
+// Returns the problem and sets `kind` to the scale granularity.
+Problem check_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
+                        at::Tensor const& scale_a, at::Tensor const& scale_b,
+                        std::optional<at::ScalarType> out_dtype, ScaleKind& kind);
+
+Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
+                       at::Tensor const& b, at::Tensor const& b_scale,
+                       std::optional<at::ScalarType> out_dtype);
+
+Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
+                         at::Tensor const& b, at::Tensor const& b_scale,
+                         std::optional<at::ScalarType> out_dtype);
+
+// `config` must name a catalogue entry of the given dtype family ("bf16"/"fp16" for mm,
+// "e4m3", "mxfp8", "e4m3xe2m1"); an unknown name lists the catalogue.
+void check_config(char const* op, std::optional<c10::string_view> config,
+                  std::initializer_list<char const*> families);
+
+constexpr int64_t kMxBlock = 32;  // elements per e8m0 scale along K
+
+}  // namespace persistent_gemm

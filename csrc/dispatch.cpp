@@ -1,0 +1,216 @@
+// CUDA dispatch: validate, describe the problem, choose a kernel (heuristics.h), adapt the
+// operands to what that kernel can read, launch on the current stream.
+#include "dispatch.h"
+
+#include <cstdio>
+#include <mutex>
+#include <sstream>
+
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "checks.h"
+#include "device_info.h"
+#include "heuristics.h"
+
+namespace persistent_gemm {
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<ArchModule>& registry() {
+  static std::vector<ArchModule> r;
+  return r;
+}
+
+DType to_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return DType::BF16;
+    case at::kHalf: return DType::FP16;
+    case at::kFloat: return DType::FP32;
+    case at::kFloat8_e4m3fn: return DType::E4M3;
+    default: TORCH_CHECK(false, "persistent_gemm: internal error: no kernel dtype for ", t);
+  }
+}
+
+bool aligned16(void const* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// TMA reads an operand when its base is 16-byte aligned and so is its non-unit stride.
+bool tma_readable(at::Tensor const& t, bool k_major) {
+  int64_t const ld = k_major ? t.stride(0) : t.stride(1);
+  return aligned16(t.data_ptr()) && (ld * int64_t(t.element_size())) % 16 == 0;
+}
+
+// A K-major copy whose rows start 16-byte aligned: (rows, K) with ld rounded up. Only the
+// first K columns are read (TMA bounds the box at K), so the padding stays uninitialised.
+at::Tensor k_major_copy(at::Tensor const& rows_by_k) {
+  int64_t const rows = rows_by_k.size(0), k = rows_by_k.size(1);
+  int64_t const per16 = 16 / int64_t(rows_by_k.element_size());
+  int64_t const ld = (k + per16 - 1) / per16 * per16;
+  auto buf = at::empty({rows, ld}, rows_by_k.options());
+  auto view = buf.narrow(1, 0, k);
+  view.copy_(rows_by_k);
+  return view;
+}
+
+void check_launch(cudaError_t err, char const* op, KernelEntry const& e) {
+  TORCH_CHECK(err == cudaSuccess, op, ": kernel ", e.config, " failed to launch: ",
+              cudaGetErrorString(err));
+}
+
+ArchModule const& require_arch(char const* op, at::Tensor const& a) {
+  ArchModule const* mod = arch_for_device(a.get_device());
+  if (mod) return *mod;
+  auto const* prop = &device_info(a.get_device());
+  std::ostringstream built;
+  for (auto const& m : registered_arches()) built << " " << m.table->arch;
+  TORCH_CHECK(false, op, ": no CUDA kernels are built for this GPU (", prop->name, ", sm_",
+              prop->major, prop->minor, "); this build has kernels for:",
+              built.str().empty() ? " none" : built.str(),
+              ". Rebuild with TORCH_CUDA_ARCH_LIST naming 9.0a or 10.0a as fits the GPU.");
+}
+
+// Runs A (M,K) @ B (K,N) with whatever operand copies / output cast the chosen variant needs.
+at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tensor a, at::Tensor b,
+                    at::Tensor const& scale_a, at::Tensor const& scale_b, at::ScalarType out_dtype,
+                    Problem const& p) {
+  auto const* prop = &device_info(a.get_device());
+  req.sm_count = prop->sm_count;
+  // Unaligned operands go through an aligned K-major copy: correctness first, then speed.
+  if (!tma_readable(a, req.a_k_major)) req.a_k_major = true, req.a_needs_copy = true;
+  if (!tma_readable(b.t(), req.b_k_major)) req.b_k_major = true, req.b_needs_copy = true;
+  int64_t const out_elem = c10::elementSize(out_dtype);
+  req.d_aligned = (p.n * out_elem) % 16 == 0;
+  Choice const c = choose_kernel(op, *mod.table, req);
+  KernelEntry const& e = *c.entry;
+
+  if (c.copy_a) a = k_major_copy(a);
+  if (c.copy_b) b = k_major_copy(b.t()).t();
+  at::ScalarType const kernel_out = e.d_dtype == DType::FP32   ? at::kFloat
+                                    : e.d_dtype == DType::FP16 ? at::kHalf
+                                                               : at::kBFloat16;
+  int64_t const ldd = c.pad_d ? (p.n * out_elem + 15) / 16 * 16 / out_elem : p.n;
+  auto d_buf = at::empty({p.m, ldd}, a.options().dtype(kernel_out));
+
+  GemmArgs args;
+  args.m = int32_t(p.m);
+  args.n = int32_t(p.n);
+  args.k = int32_t(p.k);
+  args.a = a.data_ptr();
+  args.a_k_major = e.a_k_major;
+  args.lda = e.a_k_major ? a.stride(0) : a.stride(1);
+  args.b = b.data_ptr();
+  args.b_k_major = e.b_k_major;
+  args.ldb = e.b_k_major ? b.stride(1) : b.stride(0);
+  args.d = d_buf.data_ptr();
+  args.ldd = ldd;
+  args.scale_mode = e.scale_mode;
+  if (scale_a.defined()) args.scale_a = scale_a.data_ptr();
+  if (scale_b.defined()) args.scale_b = scale_b.data_ptr();
+  args.sm_count = req.sm_count;
+  args.max_workers = 0;
+  check_launch(e.run(args, c10::cuda::getCurrentCUDAStream(a.get_device())), op, e);
+
+  at::Tensor d = c.pad_d ? d_buf.narrow(1, 0, p.n) : d_buf;
+  if (kernel_out != out_dtype) return d.to(out_dtype);
+  return c.pad_d ? d.contiguous() : d;
+}
+
+int64_t arg_int_range(int64_t v, char const* op, char const* what) {
+  TORCH_CHECK_VALUE(v < (int64_t(1) << 31), op, ": ", what, " = ", v, " exceeds the 2^31 the kernels index");
+  return v;
+}
+
+}  // namespace
+
+void register_arch(ArchModule module) {
+  TORCH_CHECK(module.table && module.table->abi_version == kRegistryAbiVersion,
+              "persistent_gemm: kernel module ABI ", module.table ? module.table->abi_version : -1,
+              " does not match _C's ", kRegistryAbiVersion, "; rebuild the extension");
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  for (auto const& m : registry())
+    if (std::string(m.table->arch) == module.table->arch) return;  // idempotent
+  registry().push_back(module);
+}
+
+std::vector<ArchModule> const& registered_arches() { return registry(); }
+
+ArchModule const* arch_for_device(int device) {
+  auto const* prop = &device_info(device);
+  // sm_90a / sm_100a code is arch-specific: it runs only on exactly that compute capability.
+  for (auto const& m : registry())
+    if (m.table->sm_major == prop->major && m.table->sm_minor == prop->minor) return &m;
+  return nullptr;
+}
+
+at::Tensor mm_cuda(at::Tensor const& a, at::Tensor const& b, std::optional<at::ScalarType> out_dtype,
+                   std::optional<c10::string_view> config) {
+  char const* op = "persistent_gemm.mm";
+  auto const p = check_mm(op, a, b, out_dtype);
+  check_config(op, config, {a.scalar_type() == at::kBFloat16 ? "bf16" : "fp16"});
+  c10::cuda::CUDAGuard guard(a.device());
+  if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
+  arg_int_range(p.m, op, "M"), arg_int_range(p.n, op, "N"), arg_int_range(p.k, op, "K");
+  auto const& mod = require_arch(op, a);
+  Request req;
+  req.m = p.m, req.n = p.n, req.k = p.k;
+  req.a = req.b = to_dtype(a.scalar_type());
+  req.d = to_dtype(p.out_dtype);
+  req.a_k_major = a.stride(1) == 1 || a.size(1) == 1;
+  req.b_k_major = b.stride(0) == 1 || b.size(0) == 1;
+  req.scale = ScaleMode::None;
+  if (config) req.config = std::string(config->data(), config->size());
+  return run_gemm(op, mod, req, a, b, {}, {}, p.out_dtype, p);
+}
+
+at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
+                          std::optional<c10::string_view> config) {
+  char const* op = "persistent_gemm.scaled_mm";
+  ScaleKind kind;
+  auto const p = check_scaled_mm(op, a, b, scale_a, scale_b, out_dtype, kind);
+  check_config(op, config, {"e4m3"});
+  c10::cuda::CUDAGuard guard(a.device());
+  if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
+  arg_int_range(p.m, op, "M"), arg_int_range(p.n, op, "N"), arg_int_range(p.k, op, "K");
+  auto const& mod = require_arch(op, a);
+  Request req;
+  req.m = p.m, req.n = p.n, req.k = p.k;
+  req.a = req.b = DType::E4M3;
+  req.d = to_dtype(p.out_dtype);
+  req.a_k_major = req.b_k_major = true;
+  req.scale = kind == ScaleKind::Tensorwise ? ScaleMode::Tensorwise : ScaleMode::Rowwise;
+  if (config) req.config = std::string(config->data(), config->size());
+  return run_gemm(op, mod, req, a, b, scale_a.contiguous(), scale_b.contiguous(), p.out_dtype, p);
+}
+
+namespace {
+[[noreturn]] void block_scaled_unavailable(char const* op, at::Tensor const& a) {
+  auto const* prop = &device_info(a.get_device());
+  TORCH_CHECK(false, op, ": not implemented for this GPU (", prop->name, ", sm_", prop->major,
+              prop->minor, "): block-scaled MX kernels need sm_100a tensor cores and none is built "
+              "yet. The CPU reference runs: call it with CPU tensors.");
+}
+}  // namespace
+
+at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
+                         at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+                         std::optional<c10::string_view> config) {
+  char const* op = "persistent_gemm.mxfp8_mm";
+  check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype);
+  check_config(op, config, {"mxfp8"});
+  block_scaled_unavailable(op, a);
+}
+
+at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
+                           at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+                           std::optional<c10::string_view> config) {
+  char const* op = "persistent_gemm.fp8_fp4_mm";
+  check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype);
+  check_config(op, config, {"e4m3xe2m1"});
+  block_scaled_unavailable(op, a);
+}
+
+}  // namespace persistent_gemm

@@ -1,0 +1,37 @@
+// CUDA entry points of the ops and the kernel registry they dispatch through.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "persistent_gemm/host/arch_module.h"
+#include "persistent_gemm/registry.h"
+
+namespace persistent_gemm {
+
+at::Tensor mm_cuda(at::Tensor const& a, at::Tensor const& b, std::optional<at::ScalarType> out_dtype,
+                   std::optional<c10::string_view> config);
+at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
+                          std::optional<c10::string_view> config);
+at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
+                         at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+                         std::optional<c10::string_view> config);
+at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
+                           at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+                           std::optional<c10::string_view> config);
+
+// Registry of arch modules, filled from Python at import (persistent_gemm/__init__.py).
+struct ArchModule {
+  KernelTable const* table;
+  host::ScheduleEntry const* schedules;
+};
+void register_arch(ArchModule module);
+std::vector<ArchModule> const& registered_arches();
+// The module for this device, or nullptr when none is built for its compute capability.
+ArchModule const* arch_for_device(int device);
+
+}  // namespace persistent_gemm

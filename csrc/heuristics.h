@@ -1,0 +1,41 @@
+// Kernel choice, DeepGEMM style: the problem description (Request) is kept apart from the
+// decision (Choice); every candidate that is turned down carries a one-line reason, and the
+// whole decision prints (persistent_gemm.explain()).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "persistent_gemm/registry.h"
+
+namespace persistent_gemm {
+
+struct Request {
+  int64_t m = 0, n = 0, k = 0;
+  DType a = DType::BF16, b = DType::BF16, d = DType::BF16;
+  bool a_k_major = true, b_k_major = true;
+  ScaleMode scale = ScaleMode::None;
+  bool d_aligned = true;  // D rows 16-byte aligned, as a TMA store needs
+  bool a_needs_copy = false, b_needs_copy = false;  // operand not TMA-readable as given
+  int sm_count = 132;
+  std::optional<std::string> config;  // forced by the caller
+};
+
+struct Choice {
+  KernelEntry const* entry = nullptr;
+  bool copy_a = false, copy_b = false;  // run on a K-major aligned copy of the operand
+  bool pad_d = false;                   // TMA store into a padded D, then narrow
+  std::vector<std::string> log;         // the decision, one line per rule applied
+};
+
+// Throws (TORCH_CHECK) with the list of what is available when nothing fits.
+Choice choose_kernel(char const* op, KernelTable const& table, Request const& req);
+
+// Tile shape and cluster parsed from a canonical name: (tile_m, tile_n, cluster_m, cluster_n).
+struct NameShape {
+  int tile_m = 0, tile_n = 0, tile_k = 0, cluster_m = 1, cluster_n = 1;
+};
+NameShape parse_name(char const* config);
+
+}  // namespace persistent_gemm

@@ -1,0 +1,105 @@
+// _C's Python face: arch-module registration, the catalogue and the scheduler parity entry
+// points. The ops themselves are reached through torch.ops.persistent_gemm.
+#include <torch/extension.h>
+
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "device_info.h"
+#include "dispatch.h"
+#include "heuristics.h"
+#include "persistent_gemm/host/catalogue.h"
+
+namespace persistent_gemm {
+namespace {
+
+host::CatalogueRow const& find_config(std::string const& name) {
+  for (auto const& row : host::catalogue())
+    if (name == row.name) return row;
+  TORCH_CHECK_VALUE(false, "unknown config '", name, "'");
+}
+
+void check_shape(int m, int n, int l, int workers) {
+  TORCH_CHECK_VALUE(m >= 1 && n >= 1 && l >= 1, "M, N and L must be >= 1, got ", m, ", ", n, ", ", l);
+  TORCH_CHECK_VALUE(workers >= 1, "workers must be >= 1, got ", workers);
+}
+
+// (rows, 5) int32: worker, step, batch, cluster_row, cluster_col. Host C++ scheduler.
+at::Tensor schedule_order(std::string const& name, int m, int n, int l, int workers) {
+  check_shape(m, n, l, workers);
+  auto rows = find_config(name).order(m, n, l, workers);
+  auto t = at::empty({int64_t(rows.size() / 5), 5}, at::kInt);
+  std::memcpy(t.data_ptr(), rows.data(), rows.size() * sizeof(int32_t));
+  return t;
+}
+
+// (workers, cluster_m*cluster_n, steps, 4) int32 filled on the GPU by the device scheduler:
+// batch, m_idx, n_idx, in_bounds; -1 where a worker has no step.
+at::Tensor device_schedule(std::string const& name, int m, int n, int l, int workers, int device) {
+  check_shape(m, n, l, workers);
+  find_config(name);
+  ArchModule const* mod = arch_for_device(device);
+  TORCH_CHECK(mod, "device_schedule: no kernel module is built for device ", device);
+  for (auto const* s = mod->schedules; s->config; ++s) {
+    if (name != s->config) continue;
+    auto const shape = parse_name(s->config);
+    int64_t const mt = (m + shape.tile_m - 1) / shape.tile_m, nt = (n + shape.tile_n - 1) / shape.tile_n;
+    int64_t const ids = l * ((mt + shape.cluster_m - 1) / shape.cluster_m) * ((nt + shape.cluster_n - 1) / shape.cluster_n);
+    int64_t const steps = std::max<int64_t>(1, (ids + workers - 1) / workers);
+    c10::cuda::CUDAGuard guard(device);
+    auto out = at::full({workers, shape.cluster_m * shape.cluster_n, steps, 4}, -1,
+                        at::TensorOptions().dtype(at::kInt).device(at::kCUDA, device));
+    auto const* prop = &device_info(device);
+    cudaError_t err = s->walk(m, n, l, workers, prop->sm_count, out.data_ptr<int32_t>(),
+                              c10::cuda::getCurrentCUDAStream(device));
+    TORCH_CHECK(err == cudaSuccess, "device_schedule: launch failed: ", cudaGetErrorString(err));
+    return out;
+  }
+  TORCH_CHECK(false, "device_schedule: config '", name, "' is in the catalogue but not built for ",
+              mod->table->arch);
+}
+
+}  // namespace
+}  // namespace persistent_gemm
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace persistent_gemm;
+  m.doc() = "persistent_gemm core: op schemas, CPU references, CUDA dispatch, scheduler parity";
+  m.attr("REGISTRY_ABI") = kRegistryAbiVersion;
+  m.def("register_arch", [](py::capsule cap) {
+    TORCH_CHECK(std::string(cap.name()) == host::kArchCapsule, "register_arch: not an arch export capsule");
+    auto const* ex = static_cast<host::ArchExport const*>(cap.get_pointer());
+    register_arch({ex->table, ex->schedules});
+  });
+  m.def("catalogue_names", [] {
+    std::vector<std::string> names;
+    for (auto const& row : host::catalogue()) names.emplace_back(row.name);
+    return names;
+  });
+  m.def("built_kernels", [] {
+    py::list out;
+    for (auto const& mod : registered_arches())
+      for (int i = 0; i < mod.table->count; ++i) {
+        auto const& e = mod.table->entries[i];
+        py::dict d;
+        d["arch"] = mod.table->arch;
+        d["config"] = e.config;
+        d["a_k_major"] = e.a_k_major;
+        d["b_k_major"] = e.b_k_major;
+        d["d_dtype"] = int(e.d_dtype);
+        d["scale_mode"] = int(e.scale_mode);
+        d["tma_store"] = e.tma_store;
+        out.append(d);
+      }
+    return out;
+  });
+  m.def("registered_arches", [] {
+    std::vector<std::string> a;
+    for (auto const& mod : registered_arches()) a.emplace_back(mod.table->arch);
+    return a;
+  });
+  m.def("schedule_order", &schedule_order, py::arg("config"), py::arg("m"), py::arg("n"),
+        py::arg("l") = 1, py::arg("workers"));
+  m.def("device_schedule", &device_schedule, py::arg("config"), py::arg("m"), py::arg("n"),
+        py::arg("l") = 1, py::arg("workers"), py::arg("device") = 0);
+}

@@ -1,0 +1,156 @@
+// A shared-memory-free SM90 epilogue: every consumer thread scales its own accumulator
+// fragment and writes it straight to global memory with per-element bounds predicates.
+//
+// Why it exists next to the TMA epilogue: a TMA store needs a 16-byte aligned base and leading
+// dimension, so an output like (8191 x 8191) row-major cannot use it. This path needs nothing
+// but element alignment, costs no shared memory (more mainloop stages), and implements every
+// ScaleMode the TMA path does, so the dispatcher never has to refuse a problem for its D.
+//
+// It plugs into the kernel through CUTLASS's Sm90TmaWarpSpecializedAdapter, which supplies the
+// (empty) load/store pipeline interface the warp-specialized kernels expect; this class is the
+// per-tile operator the adapter calls.
+#pragma once
+
+#include <cstdint>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/array.h"
+#include "cutlass/numeric_conversion.h"
+
+#include "persistent_gemm/registry.h"
+
+namespace persistent_gemm::epilogue {
+
+template <class ElementD_, persistent_gemm::ScaleMode Scale>
+class Sm90PredicatedEpilogue {
+  static_assert(Scale == ScaleMode::None || Scale == ScaleMode::Tensorwise || Scale == ScaleMode::Rowwise,
+                "Sm90PredicatedEpilogue: Block32 scales are applied in the mainloop, not here");
+
+ public:
+  using ElementD = ElementD_;
+  using ElementC = void;  // no source operand: D = scale * (A @ B)
+  using ElementOutput = ElementD;
+  using ElementAccumulator = float;
+  using ElementCompute = float;
+  using StrideD = cute::Stride<int64_t, cute::_1, int64_t>;  // row-major (M, N, L)
+  using StrideC = StrideD;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+
+  struct SharedStorage {};
+
+  struct Arguments {
+    ElementD* ptr_D = nullptr;
+    int64_t ldd = 0;
+    float const* scale_a = nullptr;  // Tensorwise: [0]; Rowwise: [m]
+    float const* scale_b = nullptr;  // Tensorwise: [0]; Rowwise: [n]
+  };
+
+  struct Params {
+    ElementD* ptr_D = nullptr;
+    int64_t ldd = 0;
+    float const* scale_a = nullptr;
+    float const* scale_b = nullptr;
+    // Adjacent accumulator columns may be written as one 2-element store only when every row
+    // start keeps that alignment; decided once on the host.
+    bool paired_stores = false;
+  };
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    constexpr int64_t pair_bytes = 2 * int64_t(sizeof(ElementD));
+    bool const paired = (args.ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(args.ptr_D) % pair_bytes == 0);
+    return {args.ptr_D, args.ldd, args.scale_a, args.scale_b, paired};
+  }
+
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) { return 0; }
+
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
+    auto const n = cute::get<1>(problem_shape);
+    bool ok = args.ptr_D != nullptr && args.ldd >= n;
+    if constexpr (Scale != ScaleMode::None) ok = ok && args.scale_a != nullptr && args.scale_b != nullptr;
+    return ok;
+  }
+
+  CUTLASS_HOST_DEVICE explicit Sm90PredicatedEpilogue(Params const& params, SharedStorage const& = {})
+      : params_(params) {}
+
+  CUTLASS_DEVICE bool is_source_needed() const { return false; }
+
+  // Called once per output tile by every consumer thread (thread_idx within the TiledMma).
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
+            class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_mnk,
+                                 BlockCoordMNKL blk_coord_mnkl, cute::Tensor<FrgEngine, FrgLayout> const& accumulators,
+                                 TiledMma tiled_mma, ResidueMNK, int thread_idx, char*) const {
+    using namespace cute;
+    static_assert(is_static<FrgLayout>::value, "accumulator layout must be static");
+
+    int const M = int(get<0>(problem_shape_mnkl));
+    int const N = int(get<1>(problem_shape_mnkl));
+    auto const m_coord = get<0>(blk_coord_mnkl);
+    auto const n_coord = get<1>(blk_coord_mnkl);
+
+    // Coordinates of every accumulator element this thread owns, from the MMA's own C partition,
+    // so the mapping is right for any atom / warpgroup layout the builder picked.
+    Tensor cD = local_tile(make_identity_tensor(make_shape(M, N)), take<0, 2>(blk_shape_mnk),
+                           make_coord(m_coord, n_coord));                       // (BLK_M, BLK_N) -> (m, n)
+    Tensor tCcD = tiled_mma.get_thread_slice(thread_idx).partition_C(cD);      // (MMA, MMA_M, MMA_N)
+    CUTE_STATIC_ASSERT_V(size(tCcD) == size(accumulators));
+    static_assert(decltype(size(accumulators))::value % 2 == 0, "accumulator fragment must hold column pairs");
+
+    float tensor_scale = 1.0f;
+    if constexpr (Scale == ScaleMode::Tensorwise) tensor_scale = __ldg(params_.scale_a) * __ldg(params_.scale_b);
+
+    // Row / column scale with the bound check folded in (never reads past M or N).
+    auto row_scale = [&](int m) CUTLASS_LAMBDA_FUNC_INLINE {
+      if constexpr (Scale == ScaleMode::Rowwise) return m < M ? __ldg(params_.scale_a + m) : 0.0f;
+      else return tensor_scale;
+    };
+    auto col_scale = [&](int n) CUTLASS_LAMBDA_FUNC_INLINE {
+      if constexpr (Scale == ScaleMode::Rowwise) return n < N ? __ldg(params_.scale_b + n) : 0.0f;
+      else return 1.0f;
+    };
+
+    cutlass::NumericConverter<ElementD, float, cutlass::FloatRoundStyle::round_to_nearest> convert;
+    using Pair = cutlass::AlignedArray<ElementD, 2>;
+    ElementD* const base = params_.ptr_D;
+    int64_t const ldd = params_.ldd;
+
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(accumulators); i += 2) {
+      // The identity tensor's offsets are static, so both coordinates and the adjacency test
+      // below fold to constants plus the tile origin.
+      auto const c0 = tCcD(i);
+      auto const c1 = tCcD(i + 1);
+      int const m0 = get<0>(c0), n0 = get<1>(c0);
+      int const m1 = get<0>(c1), n1 = get<1>(c1);
+      float const v0 = float(accumulators(i)) * row_scale(m0) * col_scale(n0);
+      float const v1 = float(accumulators(i + 1)) * row_scale(m1) * col_scale(n1);
+      bool const adjacent = (m1 == m0) && (n1 == n0 + 1);
+      if (adjacent && params_.paired_stores && m0 < M && n1 < N) {
+        Pair p;
+        p[0] = convert(v0);
+        p[1] = convert(v1);
+        *reinterpret_cast<Pair*>(base + int64_t(m0) * ldd + n0) = p;
+      } else {
+        if (m0 < M && n0 < N) base[int64_t(m0) * ldd + n0] = convert(v0);
+        if (m1 < M && n1 < N) base[int64_t(m1) * ldd + n1] = convert(v1);
+      }
+    }
+  }
+
+ private:
+  Params params_;
+};
+
+}  // namespace persistent_gemm::epilogue

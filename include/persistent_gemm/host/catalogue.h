@@ -1,0 +1,44 @@
+// Host-side view of the catalogue inside _C: every config's name and its C++ scheduler,
+// instantiated with the config's compile-time parameters (generated: catalogue_table.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "persistent_gemm/scheduler/tile_scheduler.hpp"
+
+namespace persistent_gemm::host {
+
+// Full visit order as rows (worker, step, batch, cluster_row, cluster_col), sorted by worker
+// then step: the same rows python/persistent_gemm/schedule.py's ScheduleGrid.order() returns.
+using OrderFn = std::vector<int32_t> (*)(int m, int n, int l, int workers);
+
+struct CatalogueRow {
+  char const* name;
+  OrderFn order;
+};
+
+std::vector<CatalogueRow> const& catalogue();
+
+// Walks the clock exactly as a worker does: initial id w, then +W per step.
+template <class Scheduler>
+std::vector<int32_t> schedule_order(int m, int n, int l, int workers) {
+  typename Scheduler::Arguments args;
+  args.m = m;
+  args.n = n;
+  args.l = l;
+  args.max_workers = workers;
+  auto const p = Scheduler::to_underlying_arguments(args, /*sm_count=*/workers);
+  std::vector<int32_t> rows;
+  rows.reserve(size_t(p.num_ids) * 5);
+  for (int w = 0; w < workers; ++w) {
+    int step = 0;
+    for (auto t = Scheduler::work_at(p, w, 0, 0); t.is_valid();
+         t = Scheduler::work_at(p, t.tile_id + p.num_workers, 0, 0), ++step) {
+      rows.insert(rows.end(), {w, step, t.l_idx, t.cluster_row, t.cluster_col});
+    }
+  }
+  return rows;
+}
+
+}  // namespace persistent_gemm::host

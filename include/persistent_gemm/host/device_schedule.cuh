@@ -1,0 +1,46 @@
+// The device side of the parity check: every CTA of a persistent grid walks its scheduler on
+// the GPU, exactly as a kernel's roles do, and records the tile it would own at each step.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "persistent_gemm/scheduler/tile_scheduler.hpp"
+
+namespace persistent_gemm::host {
+
+// out: int32 [workers][ClusterM*ClusterN][steps][4] = (batch, m_idx, n_idx, in_bounds),
+// steps = ceil(num_ids / workers); entries past a worker's last id stay as the caller set them.
+template <class Scheduler>
+__global__ void device_schedule_kernel(typename Scheduler::Params params, int steps, int32_t* out) {
+  if (threadIdx.x != 0) return;
+  Scheduler sched(params);
+  int const rank = int(blockIdx.x) * Scheduler::ClusterN + int(blockIdx.y) % Scheduler::ClusterN;
+  int32_t* row = out + (size_t(sched.worker()) * Scheduler::ClusterM * Scheduler::ClusterN + rank) * steps * 4;
+  for (auto w = sched.initial_work(); w.is_valid(); w = sched.next_work(w), row += 4) {
+    row[0] = w.l_idx;
+    row[1] = w.m_idx;
+    row[2] = w.n_idx;
+    row[3] = w.in_bounds ? 1 : 0;
+  }
+}
+
+template <class Scheduler>
+cudaError_t launch_device_schedule(int m, int n, int l, int workers, int sm_count, int32_t* out,
+                                   cudaStream_t stream) {
+  typename Scheduler::Arguments args;
+  args.m = m;
+  args.n = n;
+  args.l = l;
+  args.max_workers = workers;
+  auto const p = Scheduler::to_underlying_arguments(args, sm_count);
+  // Launch all W workers, idle ones included, so the layout of `out` does not depend on
+  // launched_workers(); a plain grid suffices: the walk needs blockIdx, not cluster hardware.
+  dim3 grid(Scheduler::ClusterM, Scheduler::ClusterN * workers, 1);
+  int const steps = (p.num_ids + workers - 1) / workers;
+  device_schedule_kernel<Scheduler><<<grid, 32, 0, stream>>>(p, steps > 0 ? steps : 1, out);
+  return cudaGetLastError();
+}
+
+}  // namespace persistent_gemm::host

@@ -1,0 +1,204 @@
+// Sm100Gemm: one SM100 `mm` variant, D(M,N) = A(M,K) @ B(K,N), D row-major, fp32 accumulate,
+// ScaleMode::None. Composes the CUTLASS SM100 mainloop / epilogue collectives (via their
+// builders) with our persistent kernel (sm100_gemm_persistent.hpp) and launches it.
+//
+//   ElementA/B/D   cutlass::bfloat16_t or cutlass::half_t (A and B the same)
+//   AKMajor        A (M,K) row-major (K contiguous); else column-major (M contiguous)
+//   BKMajor        B (K,N) column-major (K contiguous); else row-major (N contiguous)
+//   MmaTileShape   the MMA tile (MmaM, N, K): Umma1Sm MmaM in {64, 128}, Umma2Sm MmaM in {128, 256};
+//                  the per-CTA tile (what the scheduler counts in) is MmaM / CTAs-per-MMA.
+//   ClusterShape   cute::Shape<_cm, _cn, _1>, equal to the schedule tag's cluster
+//   ScheduleTag    persistent_gemm::scheduler::PersistentSchedule<...>
+//   Style          Umma1Sm or Umma2Sm
+//   Stages         smem pipeline depth; 0 = as many as fit after the epilogue's smem
+//
+// run() never throws: it returns cudaErrorInvalidValue for arguments this variant cannot run
+// (dtype/majorness mismatch, scales, TMA alignment), else the launch's error.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_runtime_api.h>
+
+#include "cutlass/cutlass.h"
+#include "cutlass/device_kernel.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/layout/matrix.h"
+
+#include "persistent_gemm/kernel/sm100_gemm_persistent.hpp"
+#include "persistent_gemm/registry.h"
+
+namespace persistent_gemm::kernel {
+
+template <class ElementA, bool AKMajor, class ElementB, bool BKMajor, class ElementD, class MmaTileShape,
+          class ClusterShape, class ScheduleTag, class Style, int Stages>
+struct Sm100Gemm {
+  static_assert(std::is_same_v<ElementA, ElementB>, "A and B share a dtype");
+  static_assert(std::is_same_v<ElementA, cutlass::bfloat16_t> || std::is_same_v<ElementA, cutlass::half_t>,
+                "bf16 / fp16 inputs");
+  static_assert(Stages == 0 || Stages >= 2, "Stages: 0 (auto) or >= 2");
+
+  static constexpr bool k2Sm = std::is_same_v<Style, Umma2Sm>;
+  static_assert(k2Sm || std::is_same_v<Style, Umma1Sm>, "Style must be Umma1Sm or Umma2Sm");
+
+  using LayoutA = std::conditional_t<AKMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+  using LayoutB = std::conditional_t<BKMajor, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using LayoutD = cutlass::layout::RowMajor;
+  using ElementAccumulator = float;
+  // TMA wants 16-byte aligned rows.
+  static constexpr int kAlignA = 16 / sizeof(ElementA);
+  static constexpr int kAlignB = 16 / sizeof(ElementB);
+  static constexpr int kAlignD = 16 / sizeof(ElementD);
+
+  using MainloopSchedule = std::conditional_t<k2Sm, cutlass::gemm::KernelTmaWarpSpecialized2SmSm100,
+                                              cutlass::gemm::KernelTmaWarpSpecialized1SmSm100>;
+  using EpilogueSchedule = std::conditional_t<k2Sm, cutlass::epilogue::TmaWarpSpecialized2Sm,
+                                              cutlass::epilogue::TmaWarpSpecialized1Sm>;
+
+  // No source C (void): D = 1 * acc; the kernel therefore has no epilogue-load warp.
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm100, cutlass::arch::OpClassTensorOp, MmaTileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator,
+      void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD, EpilogueSchedule>::CollectiveOp;
+
+  // Auto stages: fill what the epilogue leaves; the builder also reserves room for CUTLASS's
+  // CLC scheduler, which our kernel does not use, so the estimate is conservative.
+  using StageCountType = std::conditional_t<
+      Stages == 0,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm100, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB, LayoutB, kAlignB,
+      ElementAccumulator, MmaTileShape, ClusterShape, StageCountType, MainloopSchedule>::CollectiveOp;
+
+  using Kernel = Sm100GemmPersistent<CollectiveMainloop, CollectiveEpilogue, ScheduleTag, Style>;
+  using TileScheduler = typename Kernel::TileScheduler;  // per-CTA tile: what a schedule model must use
+
+  using StrideA = typename CollectiveMainloop::StrideA;
+  using StrideB = typename CollectiveMainloop::StrideB;
+  using StrideD = typename CollectiveEpilogue::StrideD;
+  using StrideC = typename CollectiveEpilogue::StrideC;
+
+  // (rows, cols) of a 2-D operand -> CUTLASS (outer, inner, batch) stride with one dynamic
+  // leading dimension; the batch stride is only nominal (L == 1).
+  template <class Stride>
+  static Stride make_stride_2d(int64_t ld, int64_t extent_of_ld_dim) {
+    Stride s{};
+    if constexpr (cute::is_static_v<std::remove_cv_t<std::remove_reference_t<decltype(cute::get<0>(s))>>>) {
+      cute::get<1>(s) = ld;  // first mode contiguous (column-major in CUTLASS terms)
+    } else {
+      cute::get<0>(s) = ld;  // second mode contiguous
+    }
+    cute::get<2>(s) = ld * extent_of_ld_dim;
+    return s;
+  }
+
+  static bool aligned16(void const* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+  static typename Kernel::Arguments make_arguments(GemmArgs const& a) {
+    typename Kernel::Arguments args;
+    args.problem_shape = {a.m, a.n, a.k, 1};
+    args.mainloop.ptr_A = static_cast<ElementA const*>(a.a);
+    // A as (M, K): row-major -> stride (lda, 1); column-major -> stride (1, lda).
+    args.mainloop.dA = make_stride_2d<StrideA>(a.lda, AKMajor ? a.m : a.k);
+    args.mainloop.ptr_B = static_cast<ElementB const*>(a.b);
+    // B as CUTLASS (N, K): K-major (column-major K x N) -> (ldb, 1); N-major -> (1, ldb).
+    args.mainloop.dB = make_stride_2d<StrideB>(a.ldb, BKMajor ? a.n : a.k);
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = make_stride_2d<StrideC>(a.ldd, a.m);
+    args.epilogue.ptr_D = static_cast<ElementD*>(a.d);
+    args.epilogue.dD = make_stride_2d<StrideD>(a.ldd, a.m);
+    args.sm_count = a.sm_count;
+    args.max_workers = a.max_workers;
+    return args;
+  }
+
+  // Clusters of this kernel that fit on the device at once (cached per device): by default we
+  // launch no more workers than can be co-resident, so no cluster waits for a second wave.
+  static int max_active_clusters(int device, int smem_bytes) {
+    static std::atomic<int> cache[16] = {};
+    if (device >= 0 && device < 16) {
+      int c = cache[device].load(std::memory_order_relaxed);
+      if (c > 0) return c;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = Kernel::ClusterM;
+    attr[0].val.clusterDim.y = Kernel::ClusterN;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(Kernel::ClusterM, Kernel::ClusterN, 1);
+    cfg.blockDim = Kernel::get_block_shape();
+    cfg.dynamicSmemBytes = smem_bytes;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, cutlass::device_kernel<Kernel>, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky; fall back to the scheduler's sm_count rule
+      return 0;
+    }
+    if (device >= 0 && device < 16) cache[device].store(clusters, std::memory_order_relaxed);
+    return clusters;
+  }
+
+  static cudaError_t run(GemmArgs const& a, cudaStream_t stream) {
+    if (a.scale_mode != ScaleMode::None || a.a_k_major != AKMajor || a.b_k_major != BKMajor) {
+      return cudaErrorInvalidValue;
+    }
+    if (a.m < 1 || a.n < 1 || a.k < 1 || !a.a || !a.b || !a.d) return cudaErrorInvalidValue;
+    if (!aligned16(a.a) || !aligned16(a.b) || !aligned16(a.d) || a.lda % kAlignA || a.ldb % kAlignB ||
+        a.ldd % kAlignD) {
+      return cudaErrorInvalidValue;
+    }
+    typename Kernel::Arguments args = make_arguments(a);
+
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return err;
+    if (args.sm_count <= 0) {
+      err = cudaDeviceGetAttribute(&args.sm_count, cudaDevAttrMultiProcessorCount, device);
+      if (err != cudaSuccess) return err;
+    }
+    if (!Kernel::can_implement(args)) return cudaErrorInvalidValue;
+
+    constexpr int smem_bytes = Kernel::SharedStorageSize;
+    // Per device: the attribute is a property of the function on the current device.
+    static std::atomic<uint64_t> smem_set{0};
+    uint64_t const bit = device < 64 ? (uint64_t{1} << device) : 0;
+    if (!bit || !(smem_set.load(std::memory_order_relaxed) & bit)) {
+      err = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem_bytes);
+      if (err != cudaSuccess) return err;
+      smem_set.fetch_or(bit, std::memory_order_relaxed);
+    }
+    if (args.max_workers <= 0) {
+      int const fit = max_active_clusters(device, smem_bytes);
+      int const by_sms = args.sm_count / Kernel::ClusterSize;
+      if (fit > 0 && fit < by_sms) args.max_workers = fit;
+    }
+
+    typename Kernel::Params params = Kernel::to_underlying_arguments(args);
+
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = Kernel::ClusterM;
+    attr[0].val.clusterDim.y = Kernel::ClusterN;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = Kernel::get_grid_shape(params);
+    cfg.blockDim = Kernel::get_block_shape();
+    cfg.dynamicSmemBytes = smem_bytes;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, cutlass::device_kernel<Kernel>, params);
+  }
+};
+
+}  // namespace persistent_gemm::kernel

@@ -1,0 +1,257 @@
+// Type builder + host runner for the persistent SM90 GEMM.
+//
+//   persistent_gemm::kernel::Sm90Gemm<ElementA, AKMajor, ElementB, BKMajor, ElementD, TileShape,
+//       ClusterShape, ScheduleTag, Style, Stages, Scale, TmaStore>::run(GemmArgs const&, stream)
+//
+// D(M,N) = scale * A(M,K) @ B(K,N), fp32 accumulation, D row-major with leading dimension ldd.
+//   A: row-major (M,K) when AKMajor, else column-major.  B: column-major (K,N) when BKMajor,
+//   else row-major. FP8 (e4m3) operands must both be K-major (the only GMMA fp8 smem layout).
+// Mainloop: CUTLASS's TMA + GMMA warp-specialized collective (FP8: the FastAccum variant).
+// Epilogue: TmaStore  -> CUTLASS TMA warp-specialized epilogue with an EVT for the scale;
+//                        needs a 16 B aligned D pointer and ldd.
+//           !TmaStore -> Sm90PredicatedEpilogue: per-thread predicated stores, any ldd.
+// Stages == 0 sizes the smem ring from what the epilogue leaves free.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_runtime_api.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/detail.hpp"
+#include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
+#include "cutlass/epilogue/thread/activation.h"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
+
+#include "persistent_gemm/epilogue/sm90_predicated_epilogue.hpp"
+#include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
+#include "persistent_gemm/registry.h"
+
+namespace persistent_gemm::kernel {
+namespace sm90_detail {
+
+using RowMajor = cutlass::layout::RowMajor;
+using ColumnMajor = cutlass::layout::ColumnMajor;
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+// The scale as an epilogue visitor tree over the accumulator.
+template <class ElementD, ScaleMode Scale, class TileShape>
+struct TmaFusion;
+
+template <class ElementD, class TileShape>
+struct TmaFusion<ElementD, ScaleMode::None, TileShape> {
+  using type = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, kRound>,
+      cutlass::epilogue::fusion::Sm90AccFetch>;
+  static typename type::Arguments make(GemmArgs const&) { return {}; }
+};
+
+// scale_a[0] * scale_b[0] * acc: one scalar broadcast reducing two device pointers, read on
+// the device per tile, so no host synchronisation.
+template <class ElementD, class TileShape>
+struct TmaFusion<ElementD, ScaleMode::Tensorwise, TileShape> {
+  using Scalars = cutlass::epilogue::fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>, 2>;
+  using type = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, Scalars,
+      cutlass::epilogue::fusion::Sm90AccFetch>;
+  static typename type::Arguments make(GemmArgs const& g) {
+    typename Scalars::Arguments s{};
+    s.scalar_ptrs[0] = static_cast<float const*>(g.scale_a);
+    s.scalar_ptrs[1] = static_cast<float const*>(g.scale_b);
+    return {s, {}, {}};
+  }
+};
+
+// scale_a[m] * (scale_b[n] * acc). Column broadcast for a (one value per row m), row
+// broadcast for b. Alignment 1: the vectors have M and N entries, any M, N, all loads predicated.
+template <class ElementD, class TileShape>
+struct TmaFusion<ElementD, ScaleMode::Rowwise, TileShape> {
+  using ColScale = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float,
+                                                               cute::Stride<cute::_1, cute::_0, int64_t>, 1>;
+  using RowScale = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float,
+                                                               cute::Stride<cute::_0, cute::_1, int64_t>, 1>;
+  using Inner = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, RowScale,
+      cutlass::epilogue::fusion::Sm90AccFetch>;
+  using type = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, ColScale, Inner>;
+  static typename type::Arguments make(GemmArgs const& g) {
+    typename ColScale::Arguments col{};
+    col.ptr_col = static_cast<float const*>(g.scale_a);
+    typename RowScale::Arguments row{};
+    row.ptr_row = static_cast<float const*>(g.scale_b);
+    return {col, {row, {}, {}}, {}};
+  }
+};
+
+// Epilogue selection, lazily: only the chosen collective is ever instantiated.
+template <bool TmaStore, class ElementD, class TileShape, class ClusterShape, bool Coop, ScaleMode Scale>
+struct EpilogueSelector {
+  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+  using Fusion = TmaFusion<ElementD, Scale, TileShape>;
+  using Schedule = std::conditional_t<Coop, cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                      cutlass::epilogue::TmaWarpSpecialized>;
+  using Collective = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, RowMajor, kAlignD, ElementD, RowMajor,
+      kAlignD, Schedule, typename Fusion::type>::CollectiveOp;
+
+  static typename Collective::Arguments make(GemmArgs const& g) {
+    typename Collective::Arguments e{};
+    e.thread = Fusion::make(g);
+    e.ptr_C = nullptr;
+    e.ptr_D = static_cast<ElementD*>(g.d);
+    e.dD = cute::make_stride(int64_t(g.ldd), cute::_1{}, int64_t(0));
+    return e;
+  }
+};
+
+template <class ElementD, class TileShape, class ClusterShape, bool Coop, ScaleMode Scale>
+struct EpilogueSelector<false, ElementD, TileShape, ClusterShape, Coop, Scale> {
+  using Op = persistent_gemm::epilogue::Sm90PredicatedEpilogue<ElementD, Scale>;
+  using Collective = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Op>;
+
+  static typename Collective::Arguments make(GemmArgs const& g) {
+    return {static_cast<ElementD*>(g.d), int64_t(g.ldd), static_cast<float const*>(g.scale_a),
+            static_cast<float const*>(g.scale_b)};
+  }
+};
+
+// Shared memory the kernel needs besides the mainloop ring: the epilogue's buffers and
+// barriers plus our ordering barriers and section padding.
+template <class Epilogue>
+constexpr int kernel_carveout_bytes() {
+  return int(sizeof(typename Epilogue::TensorStorage)) + int(sizeof(typename Epilogue::PipelineStorage)) + 256;
+}
+
+inline bool aligned16(void const* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace sm90_detail
+
+template <class ElementA, bool AKMajor, class ElementB, bool BKMajor, class ElementD, class TileShape,
+          class ClusterShape, class ScheduleTag, class Style, int Stages, persistent_gemm::ScaleMode Scale,
+          bool TmaStore>
+struct Sm90Gemm {
+  static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
+  static constexpr bool kFp8 = cutlass::sizeof_bits<ElementA>::value == 8;
+  static_assert(cutlass::sizeof_bits<ElementA>::value == cutlass::sizeof_bits<ElementB>::value,
+                "mixed-width operands are not supported by this builder");
+  static_assert(!kFp8 || (AKMajor && BKMajor), "FP8 GMMA reads both operands K-major only: pass K-major A and B");
+  static_assert(Scale != ScaleMode::Block32, "Block32 (MX) scaling is an SM100 mainloop feature");
+
+  using LayoutA = std::conditional_t<AKMajor, sm90_detail::RowMajor, sm90_detail::ColumnMajor>;
+  using LayoutB = std::conditional_t<BKMajor, sm90_detail::ColumnMajor, sm90_detail::RowMajor>;
+  static constexpr int kAlignA = 128 / cutlass::sizeof_bits<ElementA>::value;  // 16 B: the TMA minimum
+  static constexpr int kAlignB = 128 / cutlass::sizeof_bits<ElementB>::value;
+
+  using EpilogueSel = sm90_detail::EpilogueSelector<TmaStore, ElementD, TileShape, ClusterShape, kCooperative, Scale>;
+  using CollectiveEpilogue = typename EpilogueSel::Collective;
+
+  using MainloopSchedule = std::conditional_t<
+      kCooperative,
+      std::conditional_t<kFp8, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
+                         cutlass::gemm::KernelTmaWarpSpecializedCooperative>,
+      std::conditional_t<kFp8, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
+                         cutlass::gemm::KernelTmaWarpSpecializedPingpong>>;
+  using StageCount = std::conditional_t<
+      Stages == 0,
+      cutlass::gemm::collective::StageCountAutoCarveout<sm90_detail::kernel_carveout_bytes<CollectiveEpilogue>()>,
+      cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB, LayoutB, kAlignB,
+      float, TileShape, ClusterShape, StageCount, MainloopSchedule>::CollectiveOp;
+
+  using Kernel = Sm90GemmPersistent<CollectiveMainloop, CollectiveEpilogue, ScheduleTag, Style>;
+  using Arguments = typename Kernel::Arguments;
+  using Params = typename Kernel::Params;
+
+  // GemmArgs -> kernel Arguments. Strides are (M,K,L) for A and (N,K,L) for B in CUTLASS's
+  // convention; the unit-stride mode is static in each StrideA/StrideB type.
+  static Arguments make_arguments(GemmArgs const& g) {
+    using StrideA = typename CollectiveMainloop::StrideA;
+    using StrideB = typename CollectiveMainloop::StrideB;
+    StrideA dA{};
+    StrideB dB{};
+    if constexpr (AKMajor) cute::get<0>(dA) = g.lda; else cute::get<1>(dA) = g.lda;
+    if constexpr (BKMajor) cute::get<0>(dB) = g.ldb; else cute::get<1>(dB) = g.ldb;
+    Arguments args{};
+    args.problem = cute::make_shape(int(g.m), int(g.n), int(g.k), 1);
+    args.mainloop = {static_cast<ElementA const*>(g.a), dA, static_cast<ElementB const*>(g.b), dB};
+    args.epilogue = EpilogueSel::make(g);
+    args.scheduler.max_workers = g.max_workers;
+    args.sm_count = g.sm_count;
+    return args;
+  }
+
+  // What TMA itself requires (not CUTLASS's stricter extent-divisibility checks): 16 B aligned
+  // bases, 16 B multiple non-unit strides no smaller than the contiguous extent, and scale
+  // pointers when a scale mode is compiled in.
+  static bool can_implement(GemmArgs const& g) {
+    if (g.m < 1 || g.n < 1 || g.k < 1 || g.scale_mode != Scale) return false;
+    if (!g.a || !g.b || !g.d) return false;
+    int64_t const a_contig = AKMajor ? g.k : g.m, b_contig = BKMajor ? g.k : g.n;
+    if (g.lda < a_contig || g.ldb < b_contig || g.ldd < g.n) return false;
+    if (!sm90_detail::aligned16(g.a) || !sm90_detail::aligned16(g.b)) return false;
+    if ((g.lda * int64_t(sizeof(ElementA))) % 16 != 0 || (g.ldb * int64_t(sizeof(ElementB))) % 16 != 0) return false;
+    if constexpr (TmaStore) {
+      if (!sm90_detail::aligned16(g.d) || (g.ldd * int64_t(sizeof(ElementD))) % 16 != 0) return false;
+    }
+    if constexpr (Scale != ScaleMode::None) {
+      if (!g.scale_a || !g.scale_b) return false;
+    }
+    return Kernel::can_implement(make_arguments(g));
+  }
+
+  // Opt into > 48 KB of dynamic smem once per device (the attribute is per-device state).
+  static cudaError_t configure(int device) {
+    static std::atomic<uint64_t> done_mask{0};
+    uint64_t const bit = device < 64 ? (uint64_t(1) << device) : 0;
+    if (bit && (done_mask.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+    cudaError_t err = cudaFuncSetAttribute(sm90_gemm_persistent_entry<Kernel>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::SharedStorageSize);
+    if (err == cudaSuccess && bit) done_mask.fetch_or(bit, std::memory_order_acq_rel);
+    return err;
+  }
+
+  static cudaError_t launch(Params const& params, cudaStream_t stream) {
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return err;
+    if ((err = configure(device)) != cudaSuccess) return err;
+
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    dim3 const cluster = Kernel::get_cluster_shape();
+    attr[0].val.clusterDim.x = cluster.x;
+    attr[0].val.clusterDim.y = cluster.y;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = Kernel::get_grid_shape(params);
+    config.blockDim = Kernel::get_block_shape();
+    config.dynamicSmemBytes = size_t(Kernel::SharedStorageSize);
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    void* kernel_args[] = {const_cast<Params*>(&params)};
+    return cudaLaunchKernelExC(&config, reinterpret_cast<void const*>(&sm90_gemm_persistent_entry<Kernel>),
+                               kernel_args);
+  }
+
+  // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
+  static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
+    if (!can_implement(g)) return cudaErrorInvalidValue;
+    Params const params = Kernel::to_underlying_arguments(make_arguments(g));
+    return launch(params, stream);
+  }
+};
+
+}  // namespace persistent_gemm::kernel

@@ -1,0 +1,63 @@
+// The boundary between the dispatch module (_C) and the per-arch kernel modules (_C_sm90a,
+// _C_sm100a). Plain C++ and C types only: the two sides are separate shared objects, built by
+// different compilers, and meet through a versioned table handed over in a PyCapsule.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace persistent_gemm {
+
+// Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
+constexpr int kRegistryAbiVersion = 1;
+
+enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
+
+// How scale_a / scale_b (fp32) multiply the accumulator in the epilogue.
+enum class ScaleMode : int32_t {
+  None = 0,       // plain mm
+  Tensorwise = 1, // scale_a[0] * scale_b[0]
+  Rowwise = 2,    // scale_a[m] * scale_b[n]
+  Block32 = 3,    // e8m0 per 1x32 block along K, applied in the mainloop (MX formats)
+};
+
+// One GEMM D(M,N) = A(M,K) @ B(K,N), D row-major. Element strides; every extent >= 1.
+struct GemmArgs {
+  int32_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;         // stride of the non-unit dimension of A
+  bool a_k_major = true;   // A row-major (K contiguous); else column-major (M contiguous)
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  bool b_k_major = true;   // B column-major (K contiguous); else row-major (N contiguous)
+  void* d = nullptr;
+  int64_t ldd = 0;
+  const void* scale_a = nullptr;  // fp32 for Tensorwise/Rowwise, e8m0 (M, ceil(K/32)) for Block32
+  const void* scale_b = nullptr;  // fp32 for Tensorwise/Rowwise, e8m0 (N, ceil(K/32)) for Block32
+  int64_t ld_scale_a = 0, ld_scale_b = 0;
+  ScaleMode scale_mode = ScaleMode::None;
+  int32_t sm_count = 0;     // multiprocessors of the device (persistent grid size)
+  int32_t max_workers = 0;  // 0: fill the GPU
+};
+
+// What a kernel variant can run. The dispatcher matches a problem against these fields.
+struct KernelEntry {
+  const char* config;   // canonical catalogue name, e.g. sm90a_bf16_128x256x64_c2x1_sw8_row_coop
+  DType a_dtype, b_dtype, d_dtype;
+  bool a_k_major, b_k_major;
+  ScaleMode scale_mode;
+  bool tma_store;       // true: D must be 16-byte aligned (pointer and ldd); false: predicated stores
+  // Returns cudaSuccess or the launch error; never throws across the module boundary.
+  cudaError_t (*run)(GemmArgs const& args, cudaStream_t stream);
+};
+
+struct KernelTable {
+  int32_t abi_version;
+  const char* arch;  // "sm90a" / "sm100a"
+  int32_t sm_major, sm_minor;
+  int32_t count;
+  KernelEntry const* entries;
+};
+
+}  // namespace persistent_gemm

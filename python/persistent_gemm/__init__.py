@@ -1,0 +1,86 @@
+"""persistent_gemm: persistent warp-specialized GEMMs for Hopper (SM90) and Blackwell (SM100),
+driven by a user-visible tile scheduler.
+
+Ops (``torch.ops.persistent_gemm.*``, typed wrappers here): :func:`mm`, :func:`scaled_mm`,
+:func:`mxfp8_mm`, :func:`fp8_fp4_mm`. Scheduling: :class:`TileSchedule`, :class:`KernelConfig`,
+:data:`CATALOGUE`. MX helpers: :func:`quantize_mxfp8`, :func:`quantize_mxfp4` and their
+``dequantize_*`` inverses.
+
+The scheduler, catalogue and quantization modules are pure Python and import without the
+compiled extension; the ops need it (``pip install --no-build-isolation -e .``).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ._version import __version__
+from .catalogue import CATALOGUE, ConfigError, KernelConfig
+from .quant import dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp4, quantize_mxfp8
+from .schedule import ScheduleGrid, TileSchedule
+
+ARCH_MODULES = ("sm90a", "sm100a")
+
+try:
+    from . import _C  # noqa: F401  (registers the schemas, CPU references and CUDA dispatch)
+except ImportError as _e:  # pragma: no cover - exercised only in an unbuilt checkout
+    _C = None
+    _IMPORT_ERROR = _e
+else:
+    _IMPORT_ERROR = None
+    # Each arch module hands its kernel table to _C; a missing one just means "not built".
+    for _arch in ARCH_MODULES:
+        try:
+            _mod = importlib.import_module(f"{__name__}._C_{_arch}")
+        except ImportError:
+            continue
+        _C.register_arch(_mod.arch_export())
+    from . import _ops  # noqa: E402  fake kernels + autograd (needs the schemas)
+    from ._ops import fp8_fp4_mm, mm, mxfp8_mm, scaled_mm  # noqa: E402,F401
+
+
+def extension_available() -> bool:
+    """True when the compiled extension loaded (the ops exist)."""
+    return _C is not None
+
+
+def require_extension():
+    """The compiled ``_C`` module, or an ImportError saying how to build it."""
+    if _C is None:
+        raise ImportError(
+            "persistent_gemm's compiled extension is not built: run "
+            "`pip install --no-build-isolation -e .` in the repository "
+            f"(import error: {_IMPORT_ERROR})"
+        )
+    return _C
+
+
+def built_archs() -> list[str]:
+    """Arch modules whose kernels were built and registered, e.g. ``["sm90a", "sm100a"]``."""
+    return list(require_extension().registered_arches())
+
+
+def __getattr__(name: str):
+    if name in ("mm", "scaled_mm", "mxfp8_mm", "fp8_fp4_mm"):
+        require_extension()
+    raise AttributeError(f"module 'persistent_gemm' has no attribute {name!r}")
+
+
+__all__ = [
+    "__version__",
+    "CATALOGUE",
+    "ConfigError",
+    "KernelConfig",
+    "ScheduleGrid",
+    "TileSchedule",
+    "mm",
+    "scaled_mm",
+    "mxfp8_mm",
+    "fp8_fp4_mm",
+    "quantize_mxfp8",
+    "quantize_mxfp4",
+    "dequantize_mxfp8",
+    "dequantize_mxfp4",
+    "extension_available",
+    "built_archs",
+]

@@ -1,0 +1,174 @@
+"""Command line: ``python -m persistent_gemm {schedule,demo} ...``.
+
+``schedule`` is pure Python (it imports :mod:`persistent_gemm.schedule` and
+:mod:`persistent_gemm.catalogue` only, never the compiled extension): it prints a config's
+canonical name, its tile/cluster grid, the waves of persistent workers and the per-wave
+operand footprint, and optionally draws the visit order to a PNG.
+
+Examples::
+
+    python -m persistent_gemm schedule --m 8192 --n 8192 --k 8192 --swizzle 8 --out order.png
+    python -m persistent_gemm schedule --m 4096 --n 4096 --config sm90a_bf16_128x256x64_c2x1_sw8_row_coop
+    python -m persistent_gemm demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+# Flags that build a KernelConfig field by field; they conflict with --config.
+_CONFIG_DEFAULTS = {
+    "swizzle": 8,
+    "cluster": "2x1",
+    "raster": "row",
+    "tile": "128x256x64",
+    "kernel": None,  # first style of the arch
+    "dtype": "bf16",
+    "arch": "sm90a",
+    "stages": None,
+}
+_KERNEL_ALIASES = {"coop": "cooperative", "pp": "pingpong"}
+
+
+def _ints(text: str, n: int, what: str) -> tuple[int, ...]:
+    parts = text.lower().split("x")
+    try:
+        vals = tuple(int(p) for p in parts)
+    except ValueError:
+        vals = ()
+    if len(vals) != n:
+        raise argparse.ArgumentTypeError(f"{what} must look like {'x'.join(['N'] * n)}, got {text!r}")
+    return vals
+
+
+def _build_config(args: argparse.Namespace):
+    from .catalogue import KERNEL_STYLES, KernelConfig
+    from .schedule import TileSchedule
+
+    given = [k for k in _CONFIG_DEFAULTS if getattr(args, k) is not None]
+    if args.config is not None:
+        if given:
+            raise ValueError(f"--config already names the kernel; drop --{', --'.join(given)}")
+        return KernelConfig.from_name(args.config)
+    v = {k: (getattr(args, k) if getattr(args, k) is not None else d) for k, d in _CONFIG_DEFAULTS.items()}
+    kernel = v["kernel"]
+    if kernel is None:
+        kernel = KERNEL_STYLES.get(v["arch"], ("cooperative",))[0]
+    kernel = _KERNEL_ALIASES.get(kernel, kernel)
+    schedule = TileSchedule(swizzle=v["swizzle"], cluster=_ints(v["cluster"], 2, "--cluster"), raster=v["raster"])
+    return KernelConfig(
+        tile=_ints(v["tile"], 3, "--tile"),
+        schedule=schedule,
+        stages=v["stages"],
+        kernel=kernel,
+        dtype=v["dtype"],
+        arch=v["arch"],
+    )
+
+
+def _cmd_schedule(args: argparse.Namespace) -> int:
+    from . import schedule as sch
+    from .catalogue import ConfigError
+
+    try:
+        config = _build_config(args)
+    except (ConfigError, ValueError, TypeError, argparse.ArgumentTypeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    s = config.schedule
+    if args.workers is not None:
+        workers, how = args.workers, "given"
+    else:
+        workers = sch.default_workers(args.sms, s)
+        how = f"{args.sms} SMs / {s.cluster_m * s.cluster_n}-CTA clusters"
+    try:
+        g = s.over(M=args.m, N=args.n, tile=config.tile[:2])
+        fps = sch.wave_footprint(config, args.m, args.n, args.k, workers)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    summary = sch.footprint_summary(config, args.m, args.n, args.k, workers, footprints=fps)
+    a_el, b_el = sch.operand_bytes(config.dtype)
+    waves = g.waves(workers)
+    last = g.num_ids - (waves - 1) * workers
+    print(f"config    {config.name}")
+    print(f"problem   M={args.m} N={args.n} K={args.k}  ({config.dtype}: A {float(a_el):g} B/elem, B {float(b_el):g} B/elem)")
+    print(
+        f"grid      tiles Mt x Nt = {g.tiles_m} x {g.tiles_n} ({config.tile[0]}x{config.tile[1]}), "
+        f"clusters Mc x Nc = {g.clusters_m} x {g.clusters_n} ({s.cluster_m}x{s.cluster_n}), ids = {g.num_ids}"
+    )
+    print(f"workers   {workers} ({how}); waves = {waves} (last wave {last} ids)")
+    print("footprint (distinct A row-panels / B column-panels per wave, full K)")
+    print("  " + sch.format_summary(summary).replace("\n", "\n  "))
+    if args.per_wave:
+        print(sch.format_footprint(fps))
+    if args.out:
+        try:
+            path = sch.plot(config, args.m, args.n, args.out, workers=workers)
+        except ImportError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"wrote     {path}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import main  # lazily: the demo needs the compiled extension and a GPU
+
+    rc = main()
+    return rc if isinstance(rc, int) else 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m persistent_gemm", description="persistent_gemm tools")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    q = sub.add_parser(
+        "schedule",
+        help="show a config's persistent tile schedule and per-wave L2 footprint (no GPU needed)",
+        description="Print the tile/cluster grid, waves and per-wave operand footprint of a kernel "
+        "config on an M x N x K problem; optionally draw the visit order.",
+    )
+    q.add_argument("--m", type=int, required=True, help="rows of C")
+    q.add_argument("--n", type=int, required=True, help="columns of C")
+    q.add_argument("--k", type=int, default=8192, help="reduction depth (default 8192)")
+    q.add_argument("--config", help="canonical config name, e.g. sm90a_bf16_128x256x64_c2x1_sw8_row_coop")
+    q.add_argument("--swizzle", type=int, help="panel width in clusters (default 8)")
+    q.add_argument("--cluster", help="cluster_m x cluster_n (default 2x1)")
+    q.add_argument("--raster", choices=("row", "column"), help="default row")
+    q.add_argument("--tile", help="tile_m x tile_n x tile_k (default 128x256x64)")
+    q.add_argument(
+        "--kernel",
+        choices=("cooperative", "pingpong", "coop", "pp", "1sm", "2sm"),
+        help="kernel style (default: cooperative on sm90a, 1sm on sm100a)",
+    )
+    q.add_argument("--dtype", choices=("bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"), help="default bf16")
+    q.add_argument("--arch", choices=("sm90a", "sm100a"), help="default sm90a")
+    q.add_argument("--stages", type=int, help="pipeline stages (default: auto)")
+    w = q.add_mutually_exclusive_group()
+    w.add_argument("--workers", type=int, help="persistent workers (clusters)")
+    w.add_argument("--sms", type=int, default=132, help="SM count; workers = sms // cluster size (default 132)")
+    q.add_argument("--per-wave", action="store_true", help="also print the footprint of every wave")
+    q.add_argument("--out", help="write the visit-order picture here (PNG; needs matplotlib)")
+    q.set_defaults(func=_cmd_schedule)
+
+    d = sub.add_parser("demo", help="run the demo (needs the compiled extension and a GPU)")
+    d.set_defaults(func=_cmd_demo)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    if getattr(args, "workers", None) is not None and args.workers < 1:
+        print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
+        return 2
+    if getattr(args, "sms", None) is not None and args.sms < 1:
+        print(f"error: --sms must be >= 1, got {args.sms}", file=sys.stderr)
+        return 2
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Python side of the ops: fake kernels, autograd, and the typed wrappers.
+
+Schemas live in C++ (``csrc/ops.cpp``); this module only registers what the compiler and
+autograd need, and wraps ``torch.ops.persistent_gemm.*`` with signatures and docstrings.
+Fake kernels check ranks, dtypes and extents with ``torch._check`` so shape errors surface at
+trace time; strides and alignment are the real kernels' business (their checks are in C++).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+_LIB = "persistent_gemm"
+_MX_BLOCK = 32
+_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _out(out_dtype: Optional[torch.dtype], default: torch.dtype) -> torch.dtype:
+    o = default if out_dtype is None else out_dtype
+    torch._check(o in _OUT_DTYPES, lambda: f"out_dtype must be bfloat16, float16 or float32, got {o}")
+    return o
+
+
+def _check_2d(name: str, t: torch.Tensor) -> None:
+    torch._check(t.dim() == 2, lambda: f"{name} must be a 2-D tensor, got {t.dim()}-D")
+
+
+def _check_k(a: torch.Tensor, k_b) -> None:
+    torch._check(a.shape[1] == k_b, lambda: f"a is (M, K) = {tuple(a.shape)} but b's K extent is {k_b}")
+
+
+def _check_scale(name: str, s: torch.Tensor, rows, k) -> None:
+    _check_2d(name, s)
+    torch._check(s.dtype == torch.float8_e8m0fnu, lambda: f"{name} must be float8_e8m0fnu, got {s.dtype}")
+    blocks = (k + _MX_BLOCK - 1) // _MX_BLOCK
+    torch._check(s.shape[0] == rows and s.shape[1] == blocks,
+                 lambda: f"{name} must be ({rows}, {blocks}), got {tuple(s.shape)}")
+
+
+@torch.library.register_fake(f"{_LIB}::mm")
+def _mm_fake(a, b, out_dtype=None, config=None):
+    _check_2d("a", a)
+    _check_2d("b", b)
+    torch._check(a.dtype in (torch.bfloat16, torch.float16), lambda: f"a must be bfloat16 or float16, got {a.dtype}")
+    torch._check(b.dtype == a.dtype, lambda: f"b must have a's dtype {a.dtype}, got {b.dtype}")
+    _check_k(a, b.shape[0])
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, a.dtype))
+
+
+@torch.library.register_fake(f"{_LIB}::scaled_mm")
+def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype=None, config=None):
+    _check_2d("a", a)
+    _check_2d("b", b)
+    torch._check(a.dtype == torch.float8_e4m3fn and b.dtype == torch.float8_e4m3fn,
+                 lambda: f"a and b must be float8_e4m3fn, got {a.dtype} and {b.dtype}")
+    torch._check(scale_a.dtype == torch.float32 and scale_b.dtype == torch.float32,
+                 lambda: "scale_a and scale_b must be float32")
+    _check_k(a, b.shape[0])
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, torch.bfloat16))
+
+
+@torch.library.register_fake(f"{_LIB}::mxfp8_mm")
+def _mxfp8_mm_fake(a, a_scale, b, b_scale, out_dtype=None, config=None):
+    _check_2d("a", a)
+    _check_2d("b", b)
+    torch._check(a.dtype == torch.float8_e4m3fn and b.dtype == torch.float8_e4m3fn,
+                 lambda: f"a and b must be float8_e4m3fn, got {a.dtype} and {b.dtype}")
+    _check_k(a, b.shape[0])
+    _check_scale("a_scale", a_scale, a.shape[0], a.shape[1])
+    _check_scale("b_scale", b_scale, b.shape[1], a.shape[1])
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, torch.bfloat16))
+
+
+@torch.library.register_fake(f"{_LIB}::fp8_fp4_mm")
+def _fp8_fp4_mm_fake(a, a_scale, b, b_scale, out_dtype=None, config=None):
+    _check_2d("a", a)
+    _check_2d("b", b)
+    torch._check(a.dtype == torch.float8_e4m3fn, lambda: f"a must be float8_e4m3fn, got {a.dtype}")
+    torch._check(b.dtype == torch.float4_e2m1fn_x2, lambda: f"b must be float4_e2m1fn_x2, got {b.dtype}")
+    torch._check(a.shape[1] % _MX_BLOCK == 0, lambda: f"K = {a.shape[1]} must be a multiple of 32")
+    _check_k(a, b.shape[0] * 2)
+    _check_scale("a_scale", a_scale, a.shape[0], a.shape[1])
+    _check_scale("b_scale", b_scale, b.shape[1], a.shape[1])
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, torch.bfloat16))
+
+
+# -- autograd for mm: dA = dC @ B^T, dB = A^T @ dC, both through our own mm --------------------
+def _mm_setup_context(ctx, inputs, output):
+    a, b, _out_dtype, config = inputs
+    ctx.save_for_backward(a, b)
+    ctx.config = config
+
+
+def _mm_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    g = grad.to(a.dtype)
+    # Gradients come back in the input dtype, as torch.mm's do. `config` is not forwarded:
+    # the backward problems have other shapes and layouts and get their own heuristic choice.
+    da = torch.ops.persistent_gemm.mm(g, b.t()) if ctx.needs_input_grad[0] else None
+    db = torch.ops.persistent_gemm.mm(a.t(), g) if ctx.needs_input_grad[1] else None
+    return da, db, None, None
+
+
+torch.library.register_autograd(f"{_LIB}::mm", _mm_backward, setup_context=_mm_setup_context)
+
+
+# -- typed wrappers ----------------------------------------------------------------------------
+def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = None,
+       config: Optional[str] = None) -> torch.Tensor:
+    """``a @ b`` for bf16/fp16 ``a`` (M, K) and ``b`` (K, N), fp32 accumulation.
+
+    Any strides where one dimension of each operand is unit-stride (row- or column-major),
+    no copies on the fast paths. ``out_dtype`` defaults to the input dtype (bf16, fp16 or
+    fp32 allowed). ``config`` forces a catalogue kernel by its canonical name.
+    Semantics (the CPU reference): ``(a.float() @ b.float()).to(out_dtype)``.
+    Differentiable: the backward is two ``mm`` calls.
+    """
+    return torch.ops.persistent_gemm.mm(a, b, out_dtype, config)
+
+
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
+              out_dtype: Optional[torch.dtype] = None, config: Optional[str] = None) -> torch.Tensor:
+    """FP8 ``a @ b`` with fp32 scales, like ``torch._scaled_mm``.
+
+    ``a`` (M, K) e4m3 row-major, ``b`` (K, N) e4m3 column-major. Scales are fp32, either both
+    tensorwise (one element each) or rowwise (``scale_a`` (M, 1), ``scale_b`` (1, N)).
+    Semantics: ``(scale_a * scale_b * (a.float() @ b.float())).to(out_dtype)``, scales applied
+    to the fp32 accumulator; ``out_dtype`` defaults to bf16.
+    """
+    return torch.ops.persistent_gemm.scaled_mm(a, b, scale_a, scale_b, out_dtype, config)
+
+
+def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
+             out_dtype: Optional[torch.dtype] = None, config: Optional[str] = None) -> torch.Tensor:
+    """MXFP8 block-scaled ``a @ b``.
+
+    ``a`` (M, K) e4m3 row-major with ``a_scale`` (M, ceil(K/32)) e8m0; ``b`` (K, N) e4m3
+    column-major with ``b_scale`` (N, ceil(K/32)) e8m0. Each scale covers 32 consecutive K
+    elements of one row of ``a`` (one column of ``b``); the last block may be partial.
+    Semantics: dequantize exactly (``x * 2**(e - 127)``), multiply in fp32, round once.
+    Use :func:`persistent_gemm.quantize_mxfp8` to produce the operands.
+    """
+    return torch.ops.persistent_gemm.mxfp8_mm(a, a_scale, b, b_scale, out_dtype, config)
+
+
+def fp8_fp4_mm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
+               out_dtype: Optional[torch.dtype] = None, config: Optional[str] = None) -> torch.Tensor:
+    """e4m3 activations times block-scaled e2m1 weights.
+
+    ``a`` (M, K) e4m3 row-major with ``a_scale`` (M, K/32) e8m0; ``b`` (K/2, N)
+    ``float4_e2m1fn_x2`` column-major -- the transpose of weights stored (N, K/2), two e2m1
+    values per byte, element 2i in the low nibble -- with ``b_scale`` (N, K/32) e8m0.
+    K must be a multiple of 32. For weights ``w`` (N, K): ``wq, ws = quantize_mxfp4(w)``, then
+    ``fp8_fp4_mm(a, a_scale, wq.t(), ws)``.
+    """
+    return torch.ops.persistent_gemm.fp8_fp4_mm(a, a_scale, b, b_scale, out_dtype, config)

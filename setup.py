@@ -1,0 +1,153 @@
+"""Build persistent_gemm: one dispatch module (_C) and one kernel module per GPU arch.
+
+    pip install --no-build-isolation -e .
+
+Environment (README.md, "Environment variables"): TORCH_CUDA_ARCH_LIST, PGEMM_KERNELS,
+PGEMM_CUTLASS_PATH (or CUTLASS_PATH), MAX_JOBS.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+from setuptools import setup
+
+ROOT = Path(__file__).resolve().parent
+MIN_CUDA = (12, 8)
+# TORCH_CUDA_ARCH_LIST entry -> arch module suffix and nvcc target
+ARCHS = {"9.0a": ("sm90a", "-gencode=arch=compute_90a,code=sm_90a"),
+         "10.0a": ("sm100a", "-gencode=arch=compute_100a,code=sm_100a")}
+DEFAULT_ARCH_LIST = "9.0a;10.0a"
+
+
+def fail(msg: str) -> None:
+    sys.exit(f"persistent_gemm build error: {msg}")
+
+
+def load_codegen():
+    """Import persistent_gemm.codegen from the source tree without running the package's
+    __init__ (which loads the extension this build is about to produce)."""
+    pkg = types.ModuleType("persistent_gemm")
+    pkg.__path__ = [str(ROOT / "python" / "persistent_gemm")]
+    saved = sys.modules.get("persistent_gemm")
+    sys.modules["persistent_gemm"] = pkg
+    try:
+        import importlib
+        return importlib.import_module("persistent_gemm.codegen")
+    finally:
+        for k in [k for k in sys.modules if k == "persistent_gemm" or k.startswith("persistent_gemm.")]:
+            del sys.modules[k]
+        if saved is not None:
+            sys.modules["persistent_gemm"] = saved
+
+
+def locate_cuda() -> None:
+    """Point torch at the real toolkit before it guesses: with no CUDA_HOME set it takes the
+    folder above `which nvcc`, which is wrong when nvcc is a wrapper script in /usr/local/bin."""
+    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
+        return
+    candidates = [Path("/usr/local/cuda")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(Path(os.path.realpath(nvcc)).parent.parent)
+    for c in candidates:
+        if (c / "bin" / "nvcc").is_file() and (c / "include" / "cuda_runtime_api.h").is_file():
+            os.environ["CUDA_HOME"] = str(c)
+            return
+
+
+def cuda_home() -> Path:
+    from torch.utils.cpp_extension import CUDA_HOME
+    if not CUDA_HOME:
+        fail("no CUDA toolkit found (set CUDA_HOME); CUDA 12.8 or newer is required")
+    home = Path(CUDA_HOME)
+    try:
+        out = subprocess.run([str(home / "bin" / "nvcc"), "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        fail(f"cannot run {home / 'bin' / 'nvcc'} ({e}); CUDA 12.8 or newer is required")
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    if not m or (int(m.group(1)), int(m.group(2))) < MIN_CUDA:
+        found = m.group(0) if m else "an unknown version"
+        fail(f"nvcc at {home} is {found}; CUDA {MIN_CUDA[0]}.{MIN_CUDA[1]} or newer is required (sm_100a)")
+    return home
+
+
+def cutlass_include() -> Path:
+    for var in ("PGEMM_CUTLASS_PATH", "CUTLASS_PATH"):
+        if os.environ.get(var):
+            root = Path(os.environ[var])
+            if (root / "include" / "cutlass" / "cutlass.h").is_file():
+                return root
+            fail(f"{var}={root} has no include/cutlass/cutlass.h")
+    # The nvidia-cutlass wheel ships the headers as cutlass_library/source; look for the file
+    # on sys.path rather than importing the package.
+    for entry in sys.path:
+        root = Path(entry or ".") / "cutlass_library" / "source"
+        if (root / "include" / "cutlass" / "cutlass.h").is_file():
+            return root
+    fail("CUTLASS headers not found. Install them with `pip install --no-deps nvidia-cutlass==4.2.0.0`, "
+         "or set PGEMM_CUTLASS_PATH to a CUTLASS checkout (the folder holding include/cutlass)")
+
+
+def arch_list() -> list[tuple[str, str]]:
+    raw = os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCH_LIST)
+    wanted = [a for a in re.split(r"[;\s,]+", raw.strip()) if a]
+    unknown = [a for a in wanted if a not in ARCHS]
+    if unknown:
+        fail(f"TORCH_CUDA_ARCH_LIST={raw!r}: unsupported {unknown}; persistent_gemm builds {sorted(ARCHS)}")
+    return [ARCHS[a] for a in dict.fromkeys(wanted)]
+
+
+def extensions():
+    from torch.utils.cpp_extension import CUDAExtension
+    home = cuda_home()
+    cutlass = cutlass_include()
+    archs = arch_list()
+    codegen = load_codegen()
+    gen_dir = ROOT / "csrc" / "generated"
+    sources = codegen.generate(gen_dir, [name for name, _ in archs])
+    includes = [str(ROOT / "include"), str(ROOT / "csrc"), str(cutlass / "include"),
+                str(cutlass / "tools" / "util" / "include")]
+    cccl = home / "include" / "cccl"  # CUDA 13 moved libcu++ here; g++ needs it for CUTLASS
+    if cccl.is_dir():
+        includes.append(str(cccl))
+    cxx = ["-O3", "-std=c++20",  # torch >= 2.10 headers need C++20
+           "-Wno-deprecated-declarations"]
+    rel = lambda paths: [os.path.relpath(p, ROOT) for p in paths]
+    core = ["csrc/ops.cpp", "csrc/checks.cpp", "csrc/dispatch.cpp", "csrc/heuristics.cpp", "csrc/module.cpp"]
+    exts = [CUDAExtension("persistent_gemm._C", core + rel(sources["_C"]), include_dirs=includes,
+                          extra_compile_args={"cxx": cxx})]
+    for name, gencode in archs:
+        nvcc = ["-O3", "-std=c++17", gencode, "--expt-relaxed-constexpr", "--expt-extended-lambda",
+                "-DNDEBUG", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+                "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
+                "-Xptxas=--warn-on-spills", "-diag-suppress=20012"]
+        exts.append(CUDAExtension(f"persistent_gemm._C_{name}", rel(sources[name]), include_dirs=includes,
+                                  extra_compile_args={"cxx": cxx, "nvcc": nvcc}))
+    return exts
+
+
+def main():
+    locate_cuda()
+    from torch.utils.cpp_extension import BuildExtension
+    version = re.search(r'__version__ = "([^"]+)"', (ROOT / "python/persistent_gemm/_version.py").read_text()).group(1)
+    setup(
+        name="persistent_gemm",
+        version=version,
+        description="Persistent warp-specialized GEMMs with a user-visible tile scheduler (SM90/SM100)",
+        package_dir={"": "python"},
+        packages=["persistent_gemm"],
+        ext_modules=extensions(),
+        cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+        python_requires=">=3.10",
+        install_requires=["torch>=2.8"],
+        extras_require={"plot": ["matplotlib"], "test": ["pytest", "hypothesis"]},
+    )
+
+
+if __name__ == "__main__":
+    main()
