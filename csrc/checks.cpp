@@ -80,7 +80,7 @@ void check_config(char const* op, std::optional<c10::string_view> config,
   if (!config.has_value()) return;
   std::string const name(config->data(), config->size());
   for (auto const& row : host::catalogue()) {
-    if (name != row.name) continue;
+    if (!row.in_catalogue || name != row.name) continue;
     // Canonical names are <arch>_<dtype>_...: the dtype field must match the op.
     std::string const rest = name.substr(name.find('_') + 1);
     std::string const family = rest.substr(0, rest.find('_'));
@@ -92,7 +92,8 @@ void check_config(char const* op, std::optional<c10::string_view> config,
                       want.str(), "kernels");
   }
   std::ostringstream known;
-  for (auto const& row : host::catalogue()) known << "\n  " << row.name;
+  for (auto const& row : host::catalogue())
+    if (row.in_catalogue) known << "\n  " << row.name;
   TORCH_CHECK_VALUE(false, op, ": unknown config '", name, "'; the catalogue has:", known.str());
 }
 

@@ -73,7 +73,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("catalogue_names", [] {
     std::vector<std::string> names;
-    for (auto const& row : host::catalogue()) names.emplace_back(row.name);
+    for (auto const& row : host::catalogue())
+      if (row.in_catalogue) names.emplace_back(row.name);
+    return names;
+  });
+  m.def("parity_probe_names", [] {
+    std::vector<std::string> names;
+    for (auto const& row : host::catalogue())
+      if (!row.in_catalogue) names.emplace_back(row.name);
     return names;
   });
   m.def("built_kernels", [] {

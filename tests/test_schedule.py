@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 CLUSTERS = [(1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4), (4, 2), (2, 4)]
-CATALOGUE_TILES = sorted({c.tile[:2] for c in CATALOGUE})
+CATALOGUE_TILES = sorted({c.cta_tile for c in CATALOGUE})
 # The catalogue's (tile_m, tile_n) plus a few other legal CTA shapes, so the property tests
 # do not hinge on the catalogue having a single tile shape.
 TILES = sorted(set(CATALOGUE_TILES) | {(128, 128), (256, 128), (64, 256)})
@@ -495,7 +495,7 @@ def test_footprint_fp4_b_operand_is_half_a_byte():
     batch=st.integers(1, 2),
 )
 def test_footprint_matches_brute_force_over_order(cfg, M, N, K, W, batch):
-    g = cfg.schedule.over(M, N, cfg.tile[:2], batch=batch)
+    g = cfg.grid(M, N, batch=batch)
     fps = sch.wave_footprint(cfg, M, N, K, W, batch=batch)
     assert len(fps) == g.waves(W)
     ms, ns, tiles = defaultdict(set), defaultdict(set), defaultdict(int)
@@ -505,7 +505,7 @@ def test_footprint_matches_brute_force_over_order(cfg, M, N, K, W, batch):
             ns[step].add((l, n))
             tiles[step] += 1
     a_el, b_el = sch.operand_bytes(cfg.dtype)
-    tm, tn = cfg.tile[:2]
+    tm, tn = cfg.cta_tile
     for f in fps:
         assert f.a_panels == len(ms[f.wave]) and f.b_panels == len(ns[f.wave])
         assert f.tiles == tiles[f.wave]

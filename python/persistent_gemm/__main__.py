@@ -84,7 +84,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
         workers = sch.default_workers(args.sms, s)
         how = f"{args.sms} SMs / {s.cluster_m * s.cluster_n}-CTA clusters"
     try:
-        g = s.over(M=args.m, N=args.n, tile=config.tile[:2])
+        g = config.grid(args.m, args.n)
         fps = sch.wave_footprint(config, args.m, args.n, args.k, workers)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -96,7 +96,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
     print(f"config    {config.name}")
     print(f"problem   M={args.m} N={args.n} K={args.k}  ({config.dtype}: A {float(a_el):g} B/elem, B {float(b_el):g} B/elem)")
     print(
-        f"grid      tiles Mt x Nt = {g.tiles_m} x {g.tiles_n} ({config.tile[0]}x{config.tile[1]}), "
+        f"grid      tiles Mt x Nt = {g.tiles_m} x {g.tiles_n} ({config.cta_tile[0]}x{config.cta_tile[1]} per CTA), "
         f"clusters Mc x Nc = {g.clusters_m} x {g.clusters_n} ({s.cluster_m}x{s.cluster_n}), ids = {g.num_ids}"
     )
     print(f"workers   {workers} ({how}); waves = {waves} (last wave {last} ids)")

@@ -95,7 +95,9 @@ def _mm_setup_context(ctx, inputs, output):
 
 def _mm_backward(ctx, grad):
     a, b = ctx.saved_tensors
-    g = grad.to(a.dtype)
+    # Autograd may hand us an expanded (stride-0) gradient, which mm rejects; a contiguous
+    # gradient is the common case and makes this a no-op.
+    g = grad.to(a.dtype).contiguous()
     # Gradients come back in the input dtype, as torch.mm's do. `config` is not forwarded:
     # the backward problems have other shapes and layouts and get their own heuristic choice.
     da = torch.ops.persistent_gemm.mm(g, b.t()) if ctx.needs_input_grad[0] else None

@@ -105,6 +105,18 @@ class KernelConfig:
                 return f"2sm kernels pair CTAs along M: cluster_m must be even, got {self.schedule.cluster_m}"
         return None
 
+    @property
+    def cta_tile(self) -> tuple[int, int]:
+        """The output tile one CTA owns, which is what the scheduler counts. Equal to
+        ``tile[:2]`` except for 2-SM UMMA, where a CTA pair shares one ``tile_m``-row MMA tile
+        and each CTA owns half of its rows."""
+        tm, tn, _ = self.tile
+        return (tm // 2, tn) if self.kernel == "2sm" else (tm, tn)
+
+    def grid(self, M: int, N: int, batch: int = 1):
+        """This config's schedule bound to an (M, N) problem, in CTA tiles."""
+        return self.schedule.over(M, N, self.cta_tile, batch=batch)
+
     # -- naming ----------------------------------------------------------------------------
     @property
     def name(self) -> str:
@@ -162,8 +174,8 @@ class KernelConfig:
             "arch": self.arch,
             "tile_shape": f"cute::Shape<cute::_{tm}, cute::_{tn}, cute::_{tk}>",
             "cluster_shape": f"cute::Shape<cute::_{s.cluster_m}, cute::_{s.cluster_n}, cute::_1>",
-            "tile_m": str(tm),
-            "tile_n": str(tn),
+            "tile_m": str(self.cta_tile[0]),  # the scheduler's (per-CTA) tile
+            "tile_n": str(self.cta_tile[1]),
             "tile_k": str(tk),
             "cluster_m": str(s.cluster_m),
             "cluster_n": str(s.cluster_n),
@@ -206,7 +218,7 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     _cfg((128, 256, 64), 8, (2, 1)),
     _cfg((128, 256, 64), 8, (2, 1), dtype="fp16"),
     _cfg((128, 256, 128), 8, (2, 1), dtype="e4m3"),
-    _cfg((128, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a", raster="row"),
+    _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a"),
 )
 
 

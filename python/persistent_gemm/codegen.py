@@ -79,7 +79,7 @@ def variants(config: KernelConfig) -> list[Variant]:
 KERNELS_READY = {"sm90a": False, "sm100a": False}
 
 _PARITY_ROW = Template(
-    '    {"${name}", &schedule_order<'
+    '    {"${name}", ${in_catalogue}, &schedule_order<'
     "PersistentTileScheduler<${schedule_tag}, ${tile_m}, ${tile_n}>>},\n"
 )
 
@@ -158,8 +158,29 @@ def ident(text: str) -> str:
     return text.replace(".", "_").replace("-", "_")
 
 
-def catalogue_table(configs: Sequence[KernelConfig] = CATALOGUE) -> str:
-    rows = "".join(_PARITY_ROW.substitute(c.template_args()) for c in configs)
+def _probe_schedules() -> tuple[KernelConfig, ...]:
+    """Extra host-only scheduler instantiations for the parity tests: the kernel catalogue is
+    kept lean for compile time, but the scheduler's template space (swizzle, cluster, raster,
+    narrowed panels) must be proven on more points than it uses. No kernel is built for these."""
+    from .schedule import TileSchedule
+
+    probes = []
+    for swizzle in (1, 3, 8):
+        for cluster in ((1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (1, 4)):
+            for raster in ("row", "column"):
+                sched = TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster)
+                probes.append(KernelConfig(tile=(128, 64, 64), schedule=sched, kernel="pingpong"))
+    names = {c.name for c in CATALOGUE}
+    return tuple(p for p in probes if p.name not in names)
+
+
+PARITY_PROBES: tuple[KernelConfig, ...] = _probe_schedules()
+
+
+def catalogue_table(configs: Sequence[KernelConfig] = CATALOGUE,
+                    probes: Sequence[KernelConfig] = PARITY_PROBES) -> str:
+    rows = "".join(_PARITY_ROW.substitute(c.template_args(), in_catalogue="true") for c in configs)
+    rows += "".join(_PARITY_ROW.substitute(c.template_args(), in_catalogue="false") for c in probes)
     return _CATALOGUE_TABLE.substitute(rows=rows)
 
 

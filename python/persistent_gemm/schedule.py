@@ -264,8 +264,10 @@ def operand_bytes(dtype: str):
     return a, (Fraction(1, 2) if dtype == "e4m3xe2m1" else a)
 
 
-def _grid_of(config, M: int, N: int, batch: int = 1) -> ScheduleGrid:
-    return config.schedule.over(M=M, N=N, tile=config.tile[:2], batch=batch)
+
+
+def _config_grid(config, M: int, N: int, batch: int = 1) -> ScheduleGrid:
+    return config.grid(M, N, batch=batch)
 
 
 def wave_footprint(config, M: int, N: int, K: int, workers: int, *, batch: int = 1) -> list[WaveFootprint]:
@@ -283,7 +285,7 @@ def wave_footprint(config, M: int, N: int, K: int, workers: int, *, batch: int =
         raise ValueError(f"K must be a positive int, got {K!r}")
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
-    g = _grid_of(config, M, N, batch)
+    g = _config_grid(config, M, N, batch)
     a_el, b_el = operand_bytes(config.dtype)
     tm, tn = g.tile_m, g.tile_n
     out = []
@@ -315,7 +317,7 @@ def footprint_summary(
     """
     config = _as_config(config)
     fps = footprints if footprints is not None else wave_footprint(config, M, N, K, workers, batch=batch)
-    g = _grid_of(config, M, N, batch)
+    g = _config_grid(config, M, N, batch)
     a_el, b_el = operand_bytes(config.dtype)
     compulsory = ceil_div(batch * M * K * a_el.numerator, a_el.denominator) + ceil_div(
         batch * N * K * b_el.numerator, b_el.denominator
@@ -402,7 +404,7 @@ def visit_grid(config, M: int, N: int, workers: int):
     """``(step, worker)``: two ``Mt x Nt`` lists of lists; tile ``(m, n)`` is produced by worker
     ``worker[m][n]`` at its step ``step[m][n]`` (batch 1)."""
     config = _as_config(config)
-    g = _grid_of(config, M, N)
+    g = _config_grid(config, M, N)
     step = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
     worker = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
     for t in range(g.num_ids):
@@ -428,7 +430,7 @@ def plot(config, M: int, N: int, path, workers: int | None = None, sm_count: int
     config = _as_config(config)
     if workers is None:
         workers = default_workers(sm_count, config.schedule)
-    g = _grid_of(config, M, N)
+    g = _config_grid(config, M, N)
     step, worker = visit_grid(config, M, N, workers)
     Mt, Nt = g.tiles_m, g.tiles_n
     cell = 0.32 if max(Mt, Nt) <= PLOT_ANNOTATE_MAX else 0.1

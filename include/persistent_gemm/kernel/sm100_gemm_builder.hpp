@@ -12,8 +12,9 @@
 //   Style          Umma1Sm or Umma2Sm
 //   Stages         smem pipeline depth; 0 = as many as fit after the epilogue's smem
 //
-// run() never throws: it returns cudaErrorInvalidValue for arguments this variant cannot run
-// (dtype/majorness mismatch, scales, TMA alignment), else the launch's error.
+// Host contract mirrors Sm90Gemm: can_implement(GemmArgs), run() noexcept returning
+// cudaErrorInvalidValue for arguments this variant cannot run (majorness mismatch, scales, TMA
+// alignment, CUTLASS divisibility), else the launch's error.
 #pragma once
 
 #include <atomic>
@@ -119,85 +120,87 @@ struct Sm100Gemm {
     return args;
   }
 
-  // Clusters of this kernel that fit on the device at once (cached per device): by default we
-  // launch no more workers than can be co-resident, so no cluster waits for a second wave.
-  static int max_active_clusters(int device, int smem_bytes) {
-    static std::atomic<int> cache[16] = {};
-    if (device >= 0 && device < 16) {
-      int c = cache[device].load(std::memory_order_relaxed);
-      if (c > 0) return c;
-    }
-    cudaLaunchConfig_t cfg = {};
+  // What TMA needs: 16 B aligned bases, 16 B multiple leading dimensions no smaller than the
+  // contiguous extent; then CUTLASS's own checks (K-major operands: K % 8 == 0, etc.).
+  static bool can_implement(GemmArgs const& a) {
+    if (a.scale_mode != ScaleMode::None || a.a_k_major != AKMajor || a.b_k_major != BKMajor) return false;
+    if (a.m < 1 || a.n < 1 || a.k < 1 || !a.a || !a.b || !a.d) return false;
+    int64_t const a_contig = AKMajor ? a.k : a.m, b_contig = BKMajor ? a.k : a.n;
+    if (a.lda < a_contig || a.ldb < b_contig || a.ldd < a.n) return false;
+    if (!aligned16(a.a) || !aligned16(a.b) || !aligned16(a.d)) return false;
+    if (a.lda % kAlignA || a.ldb % kAlignB || a.ldd % kAlignD) return false;
+    return Kernel::can_implement(make_arguments(a));
+  }
+
+  // Opt into > 48 KB of dynamic smem once per device (per-device function state).
+  static cudaError_t configure(int device) {
+    static std::atomic<uint64_t> done_mask{0};
+    uint64_t const bit = device < 64 ? (uint64_t{1} << device) : 0;
+    if (bit && (done_mask.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+    cudaError_t err = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           Kernel::SharedStorageSize);
+    if (err == cudaSuccess && bit) done_mask.fetch_or(bit, std::memory_order_acq_rel);
+    return err;
+  }
+
+  // Clusters of this kernel the device can hold at once (0 if the query fails). Not used by
+  // run(), which keeps the project-wide rule W = sm_count / cluster size; GPC shape can make
+  // the true figure smaller for clusters > 1, and a caller may pass it as max_workers.
+  static int max_active_clusters(int device) {
+    if (configure(device) != cudaSuccess) return 0;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = Kernel::ClusterM;
     attr[0].val.clusterDim.y = Kernel::ClusterN;
     attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(Kernel::ClusterM, Kernel::ClusterN, 1);
     cfg.blockDim = Kernel::get_block_shape();
-    cfg.dynamicSmemBytes = smem_bytes;
+    cfg.dynamicSmemBytes = size_t(Kernel::SharedStorageSize);
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, cutlass::device_kernel<Kernel>, &cfg) != cudaSuccess) {
-      (void)cudaGetLastError();  // not sticky; fall back to the scheduler's sm_count rule
+      (void)cudaGetLastError();  // not a sticky error; clear it
       return 0;
     }
-    if (device >= 0 && device < 16) cache[device].store(clusters, std::memory_order_relaxed);
     return clusters;
   }
 
-  static cudaError_t run(GemmArgs const& a, cudaStream_t stream) {
-    if (a.scale_mode != ScaleMode::None || a.a_k_major != AKMajor || a.b_k_major != BKMajor) {
-      return cudaErrorInvalidValue;
-    }
-    if (a.m < 1 || a.n < 1 || a.k < 1 || !a.a || !a.b || !a.d) return cudaErrorInvalidValue;
-    if (!aligned16(a.a) || !aligned16(a.b) || !aligned16(a.d) || a.lda % kAlignA || a.ldb % kAlignB ||
-        a.ldd % kAlignD) {
-      return cudaErrorInvalidValue;
-    }
-    typename Kernel::Arguments args = make_arguments(a);
-
+  static cudaError_t launch(typename Kernel::Params const& params, cudaStream_t stream) {
     int device = 0;
     cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
-    if (args.sm_count <= 0) {
-      err = cudaDeviceGetAttribute(&args.sm_count, cudaDevAttrMultiProcessorCount, device);
-      if (err != cudaSuccess) return err;
-    }
-    if (!Kernel::can_implement(args)) return cudaErrorInvalidValue;
+    if ((err = configure(device)) != cudaSuccess) return err;
 
-    constexpr int smem_bytes = Kernel::SharedStorageSize;
-    // Per device: the attribute is a property of the function on the current device.
-    static std::atomic<uint64_t> smem_set{0};
-    uint64_t const bit = device < 64 ? (uint64_t{1} << device) : 0;
-    if (!bit || !(smem_set.load(std::memory_order_relaxed) & bit)) {
-      err = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 smem_bytes);
-      if (err != cudaSuccess) return err;
-      smem_set.fetch_or(bit, std::memory_order_relaxed);
-    }
-    if (args.max_workers <= 0) {
-      int const fit = max_active_clusters(device, smem_bytes);
-      int const by_sms = args.sm_count / Kernel::ClusterSize;
-      if (fit > 0 && fit < by_sms) args.max_workers = fit;
-    }
-
-    typename Kernel::Params params = Kernel::to_underlying_arguments(args);
-
-    cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = Kernel::ClusterM;
-    attr[0].val.clusterDim.y = Kernel::ClusterN;
+    dim3 const cluster = Kernel::get_cluster_shape();
+    attr[0].val.clusterDim.x = cluster.x;
+    attr[0].val.clusterDim.y = cluster.y;
     attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg{};
     cfg.gridDim = Kernel::get_grid_shape(params);
     cfg.blockDim = Kernel::get_block_shape();
-    cfg.dynamicSmemBytes = smem_bytes;
+    cfg.dynamicSmemBytes = size_t(Kernel::SharedStorageSize);
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, cutlass::device_kernel<Kernel>, params);
+    void* kernel_args[] = {const_cast<typename Kernel::Params*>(&params)};
+    return cudaLaunchKernelExC(&cfg, reinterpret_cast<void const*>(&cutlass::device_kernel<Kernel>), kernel_args);
+  }
+
+  // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
+  static cudaError_t run(GemmArgs const& a, cudaStream_t stream) noexcept {
+    if (!can_implement(a)) return cudaErrorInvalidValue;
+    typename Kernel::Arguments args = make_arguments(a);
+    if (args.sm_count <= 0) {
+      int device = 0;
+      cudaError_t err = cudaGetDevice(&device);
+      if (err == cudaSuccess) err = cudaDeviceGetAttribute(&args.sm_count, cudaDevAttrMultiProcessorCount, device);
+      if (err != cudaSuccess) return err;
+    }
+    return launch(Kernel::to_underlying_arguments(args), stream);
   }
 };
 

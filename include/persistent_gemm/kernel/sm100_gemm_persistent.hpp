@@ -18,9 +18,11 @@
 // Each role owns a copy of PersistentTileScheduler and walks the same clock; nothing is
 // passed between roles except through the smem / TMEM pipelines.
 //
-// Accumulators: AccumulatorPipelineStageCount (>= 2) buffers in TMEM, so the MMA warp fills
-// buffer i+1 while the epilogue drains buffer i. 128xN fp32 per buffer = N columns; 2 x 256
-// columns fill TMEM exactly, so the whole 512 columns are allocated.
+// Accumulators: AccumulatorPipelineStageCount (>= 2, from the mainloop builder: TMEM capacity /
+// per-CTA tile, capped at 4) buffers in TMEM, so the MMA warp fills buffer i+1 while the
+// epilogue drains buffer i. A 128-row CTA tile takes N fp32 columns per buffer (2 x 256 = all
+// 512); 64-row tiles pack two buffers into the same columns (CUTLASS's TMEM fragment layout).
+// The kernel always allocates all 512 columns.
 //
 // ---- 1-SM vs 2-SM and the meaning of m_idx -------------------------------------------------
 // The scheduler is always instantiated with the *per-CTA* tile (CtaShape_MNK = MMA tile / CTAs
@@ -162,8 +164,8 @@ class Sm100GemmPersistent {
   using AccumulatorPipelineState = typename AccumulatorPipeline::PipelineState;
 
   using TmemAllocator = cute::conditional_t<kCtasPerMma == 1, cute::TMEM::Allocator1Sm, cute::TMEM::Allocator2Sm>;
-  // Whole TMEM: the accumulator buffers need N * stages <= 512 columns and an allocation must
-  // be a power of two; one CTA per SM, so nobody else wants the rest.
+  // Whole TMEM: the builder sizes the accumulator stages to TMEM capacity, an allocation must be
+  // a power of two, and with one CTA per SM nobody else wants the rest.
   static constexpr int kTmemColumns = TmemAllocator::Sm100TmemCapacityColumns;
 
   struct SharedStorage {

@@ -8,7 +8,8 @@
 //   else row-major. FP8 (e4m3) operands must both be K-major (the only GMMA fp8 smem layout).
 // Mainloop: CUTLASS's TMA + GMMA warp-specialized collective (FP8: the FastAccum variant).
 // Epilogue: TmaStore  -> CUTLASS TMA warp-specialized epilogue with an EVT for the scale;
-//                        needs a 16 B aligned D pointer and ldd.
+//                        needs a 16 B aligned D pointer, ldd AND N (a TMA store writes whole
+//                        16 B chunks at the N edge); otherwise use the !TmaStore variant.
 //           !TmaStore -> Sm90PredicatedEpilogue: per-thread predicated stores, any ldd.
 // Stages == 0 sizes the smem ring from what the epilogue leaves free.
 #pragma once
@@ -203,7 +204,10 @@ struct Sm90Gemm {
     if (!sm90_detail::aligned16(g.a) || !sm90_detail::aligned16(g.b)) return false;
     if ((g.lda * int64_t(sizeof(ElementA))) % 16 != 0 || (g.ldb * int64_t(sizeof(ElementB))) % 16 != 0) return false;
     if constexpr (TmaStore) {
-      if (!sm90_detail::aligned16(g.d) || (g.ldd * int64_t(sizeof(ElementD))) % 16 != 0) return false;
+      // N too: measured on H200, a TMA store clips its innermost dimension at 16 B granularity,
+      // zero-filling D's columns [N, roundup(N, 16 B)) (loads do clip per element).
+      int64_t const bytes = int64_t(sizeof(ElementD));
+      if (!sm90_detail::aligned16(g.d) || (g.ldd * bytes) % 16 != 0 || (g.n * bytes) % 16 != 0) return false;
     }
     if constexpr (Scale != ScaleMode::None) {
       if (!g.scale_a || !g.scale_b) return false;

@@ -1,0 +1,74 @@
+"""The code generator: named placeholders, one file per variant named by the canonical name,
+the build filter, and the kernel table it writes."""
+
+import re
+from string import Template
+
+import pytest
+
+from persistent_gemm import catalogue, codegen
+from persistent_gemm.catalogue import CATALOGUE, ConfigError
+
+
+def test_templates_fail_on_missing_placeholder():
+    cfg = CATALOGUE[0]
+    args = cfg.template_args()
+    del args["schedule_tag"]
+    with pytest.raises(KeyError, match="schedule_tag"):
+        codegen._SCHEDULE_TU.substitute(args, ident="x")
+    # every template is a string.Template with named placeholders only, no positional slots
+    for name in dir(codegen):
+        obj = getattr(codegen, name)
+        if isinstance(obj, Template):
+            assert "{}" not in obj.template and not re.search(r"\{\d+\}", obj.template), name
+
+
+def test_lowering_to_template_parameters():
+    cfg = catalogue.KernelConfig.from_name("sm90a_bf16_128x256x64_c2x1_sw8_row_coop")
+    ta = cfg.template_args()
+    assert ta["tile_shape"] == "cute::Shape<cute::_128, cute::_256, cute::_64>"
+    assert ta["cluster_shape"] == "cute::Shape<cute::_2, cute::_1, cute::_1>"
+    assert ta["schedule_tag"] == ("persistent_gemm::scheduler::PersistentSchedule<8, 2, 1, "
+                                  "persistent_gemm::scheduler::Raster::Row>")
+    assert ta["kernel_style"] == "persistent_gemm::kernel::Cooperative"
+    col = catalogue.KernelConfig.from_name("sm90a_fp16_128x128x64_c1x2_sw3_column_pp_s5")
+    assert col.template_args()["schedule_tag"].endswith("<3, 1, 2, persistent_gemm::scheduler::Raster::Column>")
+    assert col.template_args()["stages"] == "5"
+
+
+def test_generate_writes_named_files(tmp_path):
+    out = codegen.generate(tmp_path, ["sm90a", "sm100a"], pattern="")
+    names = {p.name for p in out["sm90a"]}
+    for cfg in CATALOGUE:
+        if cfg.arch != "sm90a":
+            continue
+        assert f"{cfg.name}__schedule.cu" in names
+        if codegen.KERNELS_READY["sm90a"]:
+            for v in codegen.variants(cfg):
+                assert f"{cfg.name}__{v.suffix}.cu" in names
+    table = (tmp_path / "catalogue_table.cpp").read_text()
+    for cfg in (*CATALOGUE, *codegen.PARITY_PROBES):
+        assert f'"{cfg.name}"' in table
+    kt = (tmp_path / "sm90a" / "kernel_table.cpp").read_text()
+    assert '"sm90a", 9, 0' in kt
+
+
+def test_generate_filter_and_stale_removal(tmp_path):
+    codegen.generate(tmp_path, ["sm90a"], pattern="")
+    before = {p.name for p in (tmp_path / "sm90a").iterdir()}
+    out = codegen.generate(tmp_path, ["sm90a"], pattern="_fp16_")
+    after = {p.name for p in (tmp_path / "sm90a").iterdir()}
+    assert all("_bf16_" not in n for n in after) and any("_bf16_" in n for n in before)
+    assert after == {p.name for p in out["sm90a"]}  # stale files are gone
+
+
+def test_selected_rejects_bad_regex(monkeypatch):
+    monkeypatch.setenv(catalogue.KERNELS_ENV, "([")
+    with pytest.raises(ConfigError, match="PGEMM_KERNELS"):
+        catalogue.selected()
+
+
+def test_variant_suffixes_unique():
+    for cfg in CATALOGUE:
+        sfx = [v.suffix for v in codegen.variants(cfg)]
+        assert len(sfx) == len(set(sfx)), cfg.name
