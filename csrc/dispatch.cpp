@@ -106,6 +106,7 @@ at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tens
   args.ldb = e.b_k_major ? b.stride(1) : b.stride(0);
   args.d = d_buf.data_ptr();
   args.ldd = ldd;
+  args.d_pad_writable = c.pad_d;  // our own padded buffer: its tail columns are scratch
   args.scale_mode = e.scale_mode;
   if (scale_a.defined()) args.scale_a = scale_a.data_ptr();
   if (scale_b.defined()) args.scale_b = scale_b.data_ptr();

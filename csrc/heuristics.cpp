@@ -66,7 +66,6 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r)
   Choice best;
   int best_cost = 1 << 30;
   double best_util = -1.0;
-  std::ostringstream why;
   std::map<std::string, std::string> rejected;  // config -> first reason
   for (int i = 0; i < table.count; ++i) {
     KernelEntry const& e = table.entries[i];
@@ -95,12 +94,15 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r)
       best_cost = cost;
       best_util = util;
       best.log.clear();
-      std::ostringstream line;
-      line << name << ": utilization " << util << " over " << waves << " wave(s), extra passes "
-           << cost << (c.copy_a ? ", copies A K-major" : "") << (c.copy_b ? ", copies B K-major" : "")
-           << (c.pad_d ? ", pads D for TMA" : "") << (e.d_dtype != r.d ? ", casts fp32 D" : "")
-           << (e.tma_store ? "" : ", predicated stores");
-      best.log.push_back(line.str());
+      // snprintf, not iostreams, for the number: formatting a double through a libstdc++
+      // ostream crashed inside torch's process on the GPU image (mixed libstdc++ builds).
+      char util_text[32];
+      std::snprintf(util_text, sizeof(util_text), "%.3f", util);
+      best.log.push_back(name + ": utilization " + util_text + " over " + std::to_string(waves) +
+                         " wave(s), extra passes " + std::to_string(cost) +
+                         (c.copy_a ? ", copies A K-major" : "") + (c.copy_b ? ", copies B K-major" : "") +
+                         (c.pad_d ? ", pads D for TMA" : "") + (e.d_dtype != r.d ? ", casts fp32 D" : "") +
+                         (e.tma_store ? "" : ", predicated stores"));
     }
   }
   for (auto const& [name, reason] : rejected) best.log.push_back("rejected " + name + ": " + reason);

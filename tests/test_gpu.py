@@ -32,13 +32,17 @@ def rel_err(out, ref):
 
 
 def poisoned(fn, m, n, dtype):
-    """Run fn() so that its (m, n) output lands in a NaN-filled block; returns the output."""
-    bait = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
-    ptr = bait.data_ptr()
-    del bait
+    """Run fn() so that its (m, n) output lands in NaN-filled memory: several NaN blocks of the
+    output's size are freed back to the caching allocator just before the call, so the op's
+    output (and any same-size temporary) is carved out of them."""
+    baits = [torch.full((m, n), float("nan"), dtype=dtype, device="cuda") for _ in range(4)]
+    nbytes = baits[0].numel() * baits[0].element_size()
+    lo, hi = min(b.data_ptr() for b in baits), max(b.data_ptr() for b in baits) + nbytes
+    del baits
     out = fn()
-    assert out.data_ptr() == ptr or out.shape != (m, n) or not out.is_contiguous(), \
-        "output did not reuse the poisoned block; the NaN check would be void"
+    if out.dtype == dtype and out.is_contiguous():
+        start = out.data_ptr()
+        assert lo <= start and start + nbytes <= hi, "output is not in poisoned memory; the NaN check would be void"
     return out
 
 
@@ -118,6 +122,17 @@ def test_mm_every_config(name):
     out = poisoned(lambda: pg.mm(a, b, config=name), m, 777, dtype)
     assert not out.isnan().any()
     assert rel_err(out, a.double() @ b.double()) < 1e-2
+
+
+@pytest.mark.parametrize("name", [n for n in BUILT if "_e4m3_" in n])
+def test_scaled_mm_every_config(name):
+    cfg = next(c for c in CATALOGUE if c.name == name)
+    m = cfg.schedule.cluster_m * cfg.cta_tile[0] * 2 + 33  # tail cluster
+    a, b = fp8_pair(m, 520, 1024, seed=21)
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, 520, device="cuda") + 0.5
+    out = poisoned(lambda: pg.scaled_mm(a, b, sa, sb, config=name), m, 520, torch.bfloat16)
+    assert not out.isnan().any()
+    assert rel_err(out, (a.double() * sa.double()) @ (b.double() * sb.double())) < 1e-2
 
 
 def test_unbuilt_or_unknown_config_lists_available():

@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 1;
+constexpr int kRegistryAbiVersion = 2;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -33,6 +33,10 @@ struct GemmArgs {
   bool b_k_major = true;   // B column-major (K contiguous); else row-major (N contiguous)
   void* d = nullptr;
   int64_t ldd = 0;
+  // D's columns [N, ldd) are the caller's scratch. A TMA store writes whole 16-byte chunks at
+  // the N edge, so without this a TMA-store kernel refuses an N whose row bytes are not a
+  // multiple of 16 (it would overwrite the caller's data there).
+  bool d_pad_writable = false;
   const void* scale_a = nullptr;  // fp32 for Tensorwise/Rowwise, e8m0 (M, ceil(K/32)) for Block32
   const void* scale_b = nullptr;  // fp32 for Tensorwise/Rowwise, e8m0 (N, ceil(K/32)) for Block32
   int64_t ld_scale_a = 0, ld_scale_b = 0;

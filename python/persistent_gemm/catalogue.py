@@ -218,6 +218,10 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     _cfg((128, 256, 64), 8, (2, 1)),
     _cfg((128, 256, 64), 8, (2, 1), dtype="fp16"),
     _cfg((128, 256, 128), 8, (2, 1), dtype="e4m3"),
+    # Narrower ping-pong tiles, clustered along N: no tail CTAs and twice the tiles where M is
+    # small (decode, ragged M); the heuristic picks them by utilization.
+    _cfg((128, 128, 64), 8, (1, 2), kernel="pingpong"),
+    _cfg((128, 128, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a"),
 )
 

@@ -54,10 +54,20 @@ class Variant:
         return "_".join(parts)
 
 
+def _is_primary(config: KernelConfig) -> bool:
+    """The first catalogue entry of its (arch, dtype) gets every variant; later entries are
+    tuned for particular shapes and get only the common K-major fast path."""
+    return next(c for c in CATALOGUE if (c.arch, c.dtype) == (config.arch, config.dtype)) == config
+
+
 def variants(config: KernelConfig) -> list[Variant]:
     """The instantiations built for ``config``. Fast paths only: the dispatcher covers any
     other combination with a documented fallback (a K-major copy, or an fp32 output cast)."""
     d = config.dtype
+    if config in CATALOGUE and not _is_primary(config):
+        if d == "e4m3":
+            return [Variant(True, True, "bf16", "tensor"), Variant(True, True, "bf16", "row")]
+        return [Variant(True, True, d)]
     if config.arch == "sm90a" and d in ("bf16", "fp16"):
         out = [Variant(ak, bk, d) for ak in (True, False) for bk in (True, False)]
         out += [Variant(True, True, "fp32"), Variant(True, True, d, tma_store=False)]
@@ -74,9 +84,9 @@ def variants(config: KernelConfig) -> list[Variant]:
     return []
 
 
-# The kernel builders these templates instantiate are not in the tree yet; until they are,
-# variant instantiation is switched off and only the scheduler files are generated.
-KERNELS_READY = {"sm90a": False, "sm100a": False}
+# Archs whose kernel builders (include/persistent_gemm/kernel/<arch>_gemm_builder.hpp) exist;
+# for any other arch only the scheduler files would be generated.
+KERNELS_READY = {"sm90a": True, "sm100a": True}
 
 _PARITY_ROW = Template(
     '    {"${name}", ${in_catalogue}, &schedule_order<'

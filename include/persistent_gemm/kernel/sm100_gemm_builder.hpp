@@ -129,6 +129,8 @@ struct Sm100Gemm {
     if (a.lda < a_contig || a.ldb < b_contig || a.ldd < a.n) return false;
     if (!aligned16(a.a) || !aligned16(a.b) || !aligned16(a.d)) return false;
     if (a.lda % kAlignA || a.ldb % kAlignB || a.ldd % kAlignD) return false;
+    // A TMA store writes whole 16-byte chunks at the N edge (seen on SM90; assumed here too).
+    if (a.n % kAlignD && !(a.d_pad_writable && a.ldd >= (a.n + kAlignD - 1) / kAlignD * kAlignD)) return false;
     return Kernel::can_implement(make_arguments(a));
   }
 

@@ -207,7 +207,9 @@ struct Sm90Gemm {
       // N too: measured on H200, a TMA store clips its innermost dimension at 16 B granularity,
       // zero-filling D's columns [N, roundup(N, 16 B)) (loads do clip per element).
       int64_t const bytes = int64_t(sizeof(ElementD));
-      if (!sm90_detail::aligned16(g.d) || (g.ldd * bytes) % 16 != 0 || (g.n * bytes) % 16 != 0) return false;
+      if (!sm90_detail::aligned16(g.d) || (g.ldd * bytes) % 16 != 0) return false;
+      if ((g.n * bytes) % 16 != 0 && !(g.d_pad_writable && g.ldd * bytes >= (g.n * bytes + 15) / 16 * 16))
+        return false;
     }
     if constexpr (Scale != ScaleMode::None) {
       if (!g.scale_a || !g.scale_b) return false;
