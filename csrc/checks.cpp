@@ -1,7 +1,7 @@
 #include "checks.h"
+#include "text.h"
 
 #include <cstring>
-#include <sstream>
 
 #include <c10/util/Exception.h>
 
@@ -13,54 +13,54 @@ namespace {
 std::string dtype_name(at::ScalarType t) { return c10::toString(t); }
 
 void check_2d(char const* op, char const* arg, at::Tensor const& t, char const* shape) {
-  TORCH_CHECK_VALUE(t.defined(), op, ": ", arg, " is undefined; expected a ", shape, " tensor");
-  TORCH_CHECK_VALUE(t.dim() == 2, op, ": ", arg, " must be a 2-D tensor ", shape, ", got ", t.dim(),
-                    "-D with shape ", t.sizes());
+  TORCH_CHECK_VALUE(t.defined(), msg(op, ": ", arg, " is undefined; expected a ", shape, " tensor"));
+  TORCH_CHECK_VALUE(t.dim() == 2, msg(op, ": ", arg, " must be a 2-D tensor ", shape, ", got ", t.dim(),
+                    "-D with shape ", t.sizes()));
 }
 
 void check_dtype(char const* op, char const* arg, at::Tensor const& t, at::ScalarType want) {
-  TORCH_CHECK_TYPE(t.scalar_type() == want, op, ": ", arg, " must be ", dtype_name(want), ", got ",
-                   dtype_name(t.scalar_type()));
+  TORCH_CHECK_TYPE(t.scalar_type() == want, msg(op, ": ", arg, " must be ", dtype_name(want), ", got ",
+                   dtype_name(t.scalar_type())));
 }
 
 void check_same_device(char const* op, at::Tensor const& a, char const* other_name,
                        at::Tensor const& other) {
-  TORCH_CHECK_VALUE(a.device() == other.device(), op, ": ", other_name, " is on ", other.device(),
-                    " but a is on ", a.device(), "; all operands must be on one device");
+  TORCH_CHECK_VALUE(a.device() == other.device(), msg(op, ": ", other_name, " is on ", other.device(),
+                    " but a is on ", a.device(), "; all operands must be on one device"));
 }
 
 void check_device_kind(char const* op, at::Tensor const& a) {
-  TORCH_CHECK_VALUE(a.device().is_cpu() || a.device().is_cuda(), op,
-                    ": tensors must be on CPU or CUDA, got ", a.device());
+  TORCH_CHECK_VALUE(a.device().is_cpu() || a.device().is_cuda(), msg(op,
+                    ": tensors must be on CPU or CUDA, got ", a.device()));
 }
 
 // A unit stride in the given dim, or a size-1 extent that makes either layout valid.
 bool unit_in(at::Tensor const& t, int dim) { return t.stride(dim) == 1 || t.size(dim) <= 1; }
 
 void check_row_major(char const* op, char const* arg, at::Tensor const& t, char const* what) {
-  TORCH_CHECK_VALUE(unit_in(t, 1), op, ": ", arg, " must be ", what, " (stride(1) == 1), got strides ",
-                    t.strides(), "; call .contiguous()");
+  TORCH_CHECK_VALUE(unit_in(t, 1), msg(op, ": ", arg, " must be ", what, " (stride(1) == 1), got strides ",
+                    t.strides(), "; call .contiguous()"));
 }
 
 void check_col_major(char const* op, char const* arg, at::Tensor const& t, char const* what) {
-  TORCH_CHECK_VALUE(unit_in(t, 0), op, ": ", arg, " must be ", what,
+  TORCH_CHECK_VALUE(unit_in(t, 0), msg(op, ": ", arg, " must be ", what,
                     " (stride(0) == 1, e.g. w.t() for a row-major (N, K) weight), got strides ",
-                    t.strides());
+                    t.strides()));
 }
 
 at::ScalarType resolve_out(char const* op, std::optional<at::ScalarType> out_dtype,
                            at::ScalarType fallback) {
   at::ScalarType o = out_dtype.value_or(fallback);
-  TORCH_CHECK_TYPE(o == at::kBFloat16 || o == at::kHalf || o == at::kFloat, op,
+  TORCH_CHECK_TYPE(o == at::kBFloat16 || o == at::kHalf || o == at::kFloat, msg(op,
                    ": out_dtype must be torch.bfloat16, torch.float16 or torch.float32, got ",
-                   dtype_name(o));
+                   dtype_name(o)));
   return o;
 }
 
 void check_scale_dtype(char const* op, char const* arg, at::Tensor const& s) {
-  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat8_e8m0fnu, op, ": ", arg,
+  TORCH_CHECK_TYPE(s.scalar_type() == at::kFloat8_e8m0fnu, msg(op, ": ", arg,
                    " must be torch.float8_e8m0fnu (one e8m0 scale per 1x32 block along K), got ",
-                   dtype_name(s.scalar_type()));
+                   dtype_name(s.scalar_type())));
 }
 
 void check_block_scale(char const* op, char const* arg, at::Tensor const& s, int64_t rows,
@@ -68,8 +68,8 @@ void check_block_scale(char const* op, char const* arg, at::Tensor const& s, int
   check_2d(op, arg, s, "(rows, ceil(K/32))");
   check_scale_dtype(op, arg, s);
   int64_t const blocks = (k + kMxBlock - 1) / kMxBlock;
-  TORCH_CHECK_VALUE(s.size(0) == rows && s.size(1) == blocks, op, ": ", arg, " must have shape (",
-                    rows_name, ", ceil(K/32)) = (", rows, ", ", blocks, "), got ", s.sizes());
+  TORCH_CHECK_VALUE(s.size(0) == rows && s.size(1) == blocks, msg(op, ": ", arg, " must have shape (",
+                    rows_name, ", ceil(K/32)) = (", rows, ", ", blocks, "), got ", s.sizes()));
   check_row_major(op, arg, s, "row-major");
 }
 
@@ -86,15 +86,15 @@ void check_config(char const* op, std::optional<c10::string_view> config,
     std::string const family = rest.substr(0, rest.find('_'));
     for (char const* f : families)
       if (family == f) return;
-    std::ostringstream want;
-    for (char const* f : families) want << f << " ";
-    TORCH_CHECK_VALUE(false, op, ": config '", name, "' is a ", family, " kernel; this op takes ",
-                      want.str(), "kernels");
+    std::string want;
+    for (char const* f : families) want += std::string(f) + " ";
+    TORCH_CHECK_VALUE(false, msg(op, ": config '", name, "' is a ", family, " kernel; this op takes ",
+                      want, "kernels"));
   }
-  std::ostringstream known;
+  std::string known;
   for (auto const& row : host::catalogue())
-    if (row.in_catalogue) known << "\n  " << row.name;
-  TORCH_CHECK_VALUE(false, op, ": unknown config '", name, "'; the catalogue has:", known.str());
+    if (row.in_catalogue) known += std::string("\n  ") + row.name;
+  TORCH_CHECK_VALUE(false, msg(op, ": unknown config '", name, "'; the catalogue has:", known));
 }
 
 Problem check_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
@@ -104,18 +104,18 @@ Problem check_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
   check_device_kind(op, a);
   check_same_device(op, a, "b", b);
   auto const t = a.scalar_type();
-  TORCH_CHECK_TYPE(t == at::kBFloat16 || t == at::kHalf, op,
-                   ": a must be torch.bfloat16 or torch.float16, got ", dtype_name(t));
-  TORCH_CHECK_TYPE(b.scalar_type() == t, op, ": b must have a's dtype ", dtype_name(t), ", got ",
-                   dtype_name(b.scalar_type()));
-  TORCH_CHECK_VALUE(a.size(1) == b.size(0), op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
-                    b.sizes(), "; their K extents differ");
-  TORCH_CHECK_VALUE(unit_in(a, 0) || unit_in(a, 1), op,
+  TORCH_CHECK_TYPE(t == at::kBFloat16 || t == at::kHalf, msg(op,
+                   ": a must be torch.bfloat16 or torch.float16, got ", dtype_name(t)));
+  TORCH_CHECK_TYPE(b.scalar_type() == t, msg(op, ": b must have a's dtype ", dtype_name(t), ", got ",
+                   dtype_name(b.scalar_type())));
+  TORCH_CHECK_VALUE(a.size(1) == b.size(0), msg(op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
+                    b.sizes(), "; their K extents differ"));
+  TORCH_CHECK_VALUE(unit_in(a, 0) || unit_in(a, 1), msg(op,
                     ": a needs a unit stride in one dimension (row- or column-major), got strides ",
-                    a.strides(), "; call .contiguous()");
-  TORCH_CHECK_VALUE(unit_in(b, 0) || unit_in(b, 1), op,
+                    a.strides(), "; call .contiguous()"));
+  TORCH_CHECK_VALUE(unit_in(b, 0) || unit_in(b, 1), msg(op,
                     ": b needs a unit stride in one dimension (row- or column-major), got strides ",
-                    b.strides(), "; call .contiguous()");
+                    b.strides(), "; call .contiguous()"));
   return {a.size(0), b.size(1), a.size(1), resolve_out(op, out_dtype, t)};
 }
 
@@ -128,14 +128,14 @@ Problem check_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b
   check_same_device(op, a, "b", b);
   check_dtype(op, "a", a, at::kFloat8_e4m3fn);
   check_dtype(op, "b", b, at::kFloat8_e4m3fn);
-  TORCH_CHECK_VALUE(a.size(1) == b.size(0), op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
-                    b.sizes(), "; their K extents differ");
+  TORCH_CHECK_VALUE(a.size(1) == b.size(0), msg(op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
+                    b.sizes(), "; their K extents differ"));
   check_row_major(op, "a", a, "row-major (M, K)");
   check_col_major(op, "b", b, "column-major (K, N)");
   int64_t const m = a.size(0), n = b.size(1);
   for (auto const& [name, s] : {std::pair<char const*, at::Tensor const&>{"scale_a", scale_a},
                                 {"scale_b", scale_b}}) {
-    TORCH_CHECK_VALUE(s.defined(), op, ": ", name, " is undefined");
+    TORCH_CHECK_VALUE(s.defined(), msg(op, ": ", name, " is undefined"));
     check_same_device(op, a, name, s);
     check_dtype(op, name, s, at::kFloat);
   }
@@ -144,14 +144,14 @@ Problem check_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b
   if (tensorwise) {
     kind = ScaleKind::Tensorwise;
   } else {
-    TORCH_CHECK_VALUE(scale_a.dim() == 2 && scale_a.size(0) == m && scale_a.size(1) == 1, op,
+    TORCH_CHECK_VALUE(scale_a.dim() == 2 && scale_a.size(0) == m && scale_a.size(1) == 1, msg(op,
                       ": scale_a must be a scalar (tensorwise) or (M, 1) = (", m, ", 1) (rowwise), got ",
-                      scale_a.sizes());
-    TORCH_CHECK_VALUE(scale_b.dim() == 2 && scale_b.size(0) == 1 && scale_b.size(1) == n, op,
+                      scale_a.sizes()));
+    TORCH_CHECK_VALUE(scale_b.dim() == 2 && scale_b.size(0) == 1 && scale_b.size(1) == n, msg(op,
                       ": scale_b must be a scalar (tensorwise) or (1, N) = (1, ", n, ") (rowwise), got ",
-                      scale_b.sizes());
-    TORCH_CHECK_VALUE(scale_a.stride(0) == 1 || m == 1, op, ": scale_a (M, 1) must be contiguous");
-    TORCH_CHECK_VALUE(scale_b.stride(1) == 1 || n == 1, op, ": scale_b (1, N) must be contiguous");
+                      scale_b.sizes()));
+    TORCH_CHECK_VALUE(scale_a.stride(0) == 1 || m == 1, msg(op, ": scale_a (M, 1) must be contiguous"));
+    TORCH_CHECK_VALUE(scale_b.stride(1) == 1 || n == 1, msg(op, ": scale_b (1, N) must be contiguous"));
     kind = ScaleKind::Rowwise;
   }
   return {m, n, a.size(1), resolve_out(op, out_dtype, at::kBFloat16)};
@@ -168,8 +168,8 @@ Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& a_
   check_same_device(op, a, "b_scale", b_scale);
   check_dtype(op, "a", a, at::kFloat8_e4m3fn);
   check_dtype(op, "b", b, at::kFloat8_e4m3fn);
-  TORCH_CHECK_VALUE(a.size(1) == b.size(0), op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
-                    b.sizes(), "; their K extents differ");
+  TORCH_CHECK_VALUE(a.size(1) == b.size(0), msg(op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
+                    b.sizes(), "; their K extents differ"));
   check_row_major(op, "a", a, "row-major (M, K)");
   check_col_major(op, "b", b, "column-major (K, N)");
   int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
@@ -190,10 +190,10 @@ Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& 
   check_dtype(op, "a", a, at::kFloat8_e4m3fn);
   check_dtype(op, "b", b, at::kFloat4_e2m1fn_x2);
   int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
-  TORCH_CHECK_VALUE(k % kMxBlock == 0, op, ": K = ", k,
-                    " must be a multiple of 32 (whole e2m1 scale blocks; packed rows 16-byte aligned)");
-  TORCH_CHECK_VALUE(b.size(0) * 2 == k, op, ": b holds two e2m1 values per byte, so it must be (K/2, N) = (",
-                    k / 2, ", ", n, "), got ", b.sizes());
+  TORCH_CHECK_VALUE(k % kMxBlock == 0, msg(op, ": K = ", k,
+                    " must be a multiple of 32 (whole e2m1 scale blocks; packed rows 16-byte aligned)"));
+  TORCH_CHECK_VALUE(b.size(0) * 2 == k, msg(op, ": b holds two e2m1 values per byte, so it must be (K/2, N) = (",
+                    k / 2, ", ", n, "), got ", b.sizes()));
   check_row_major(op, "a", a, "row-major (M, K)");
   check_col_major(op, "b", b, "column-major (K/2, N)");
   check_block_scale(op, "a_scale", a_scale, m, "M", k);

@@ -24,6 +24,9 @@ at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::T
                            at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
                            std::optional<c10::string_view> config);
 
+// Tests only: fill each kernel's output buffer with NaN before the launch.
+void set_poison_outputs(bool on);
+
 // Registry of arch modules, filled from Python at import (persistent_gemm/__init__.py).
 struct ArchModule {
   KernelTable const* table;

@@ -1,8 +1,8 @@
 #include "heuristics.h"
+#include "text.h"
 
 #include <cstdio>
 #include <map>
-#include <sstream>
 
 #include <c10/util/Exception.h>
 
@@ -107,13 +107,13 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r)
   }
   for (auto const& [name, reason] : rejected) best.log.push_back("rejected " + name + ": " + reason);
   if (!best.entry) {
-    std::ostringstream have;
+    std::string have;
     for (int i = 0; i < table.count; ++i)
-      have << "\n  " << table.entries[i].config << " (" << dtype_str(table.entries[i].a_dtype) << " -> "
-           << dtype_str(table.entries[i].d_dtype) << ")";
-    TORCH_CHECK(false, op, ": no built ", table.arch, " kernel fits ", dtype_str(r.a), " -> ",
+      have += std::string("\n  ") + table.entries[i].config + " (" + dtype_str(table.entries[i].a_dtype) + " -> " +
+              dtype_str(table.entries[i].d_dtype) + ")";
+    TORCH_CHECK(false, msg(op, ": no built ", table.arch, " kernel fits ", dtype_str(r.a), " -> ",
                 dtype_str(r.d), r.config ? " with config '" + *r.config + "'" : std::string(),
-                "; built kernels:", table.count ? have.str() : std::string(" none"));
+                "; built kernels:", table.count ? have : std::string(" none")));
   }
   return best;
 }

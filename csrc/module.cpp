@@ -8,6 +8,7 @@
 #include "device_info.h"
 #include "dispatch.h"
 #include "heuristics.h"
+#include "text.h"
 #include "persistent_gemm/host/catalogue.h"
 
 namespace persistent_gemm {
@@ -16,12 +17,12 @@ namespace {
 host::CatalogueRow const& find_config(std::string const& name) {
   for (auto const& row : host::catalogue())
     if (name == row.name) return row;
-  TORCH_CHECK_VALUE(false, "unknown config '", name, "'");
+  TORCH_CHECK_VALUE(false, msg("unknown config '", name, "'"));
 }
 
 void check_shape(int m, int n, int l, int workers) {
-  TORCH_CHECK_VALUE(m >= 1 && n >= 1 && l >= 1, "M, N and L must be >= 1, got ", m, ", ", n, ", ", l);
-  TORCH_CHECK_VALUE(workers >= 1, "workers must be >= 1, got ", workers);
+  TORCH_CHECK_VALUE(m >= 1 && n >= 1 && l >= 1, msg("M, N and L must be >= 1, got ", m, ", ", n, ", ", l));
+  TORCH_CHECK_VALUE(workers >= 1, msg("workers must be >= 1, got ", workers));
 }
 
 // (rows, 5) int32: worker, step, batch, cluster_row, cluster_col. Host C++ scheduler.
@@ -39,7 +40,7 @@ at::Tensor device_schedule(std::string const& name, int m, int n, int l, int wor
   check_shape(m, n, l, workers);
   find_config(name);
   ArchModule const* mod = arch_for_device(device);
-  TORCH_CHECK(mod, "device_schedule: no kernel module is built for device ", device);
+  TORCH_CHECK(mod, msg("device_schedule: no kernel module is built for device ", device));
   for (auto const* s = mod->schedules; s->config; ++s) {
     if (name != s->config) continue;
     auto const shape = parse_name(s->config);
@@ -52,11 +53,11 @@ at::Tensor device_schedule(std::string const& name, int m, int n, int l, int wor
     auto const* prop = &device_info(device);
     cudaError_t err = s->walk(m, n, l, workers, prop->sm_count, out.data_ptr<int32_t>(),
                               c10::cuda::getCurrentCUDAStream(device));
-    TORCH_CHECK(err == cudaSuccess, "device_schedule: launch failed: ", cudaGetErrorString(err));
+    TORCH_CHECK(err == cudaSuccess, msg("device_schedule: launch failed: ", cudaGetErrorString(err)));
     return out;
   }
-  TORCH_CHECK(false, "device_schedule: config '", name, "' is in the catalogue but not built for ",
-              mod->table->arch);
+  TORCH_CHECK(false, msg("device_schedule: config '", name, "' is in the catalogue but not built for ",
+              mod->table->arch));
 }
 
 }  // namespace
@@ -67,7 +68,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "persistent_gemm core: op schemas, CPU references, CUDA dispatch, scheduler parity";
   m.attr("REGISTRY_ABI") = kRegistryAbiVersion;
   m.def("register_arch", [](py::capsule cap) {
-    TORCH_CHECK(std::string(cap.name()) == host::kArchCapsule, "register_arch: not an arch export capsule");
+    TORCH_CHECK(std::string(cap.name()) == host::kArchCapsule, msg("register_arch: not an arch export capsule"));
     auto const* ex = static_cast<host::ArchExport const*>(cap.get_pointer());
     register_arch({ex->table, ex->schedules});
   });
@@ -105,6 +106,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     for (auto const& mod : registered_arches()) a.emplace_back(mod.table->arch);
     return a;
   });
+  m.def("set_poison_outputs", &set_poison_outputs,
+        "tests: NaN-fill every kernel output buffer before the launch, so unwritten tiles show");
   m.def("schedule_order", &schedule_order, py::arg("config"), py::arg("m"), py::arg("n"),
         py::arg("l") = 1, py::arg("workers"));
   m.def("device_schedule", &device_schedule, py::arg("config"), py::arg("m"), py::arg("n"),
