@@ -2,6 +2,8 @@
 // points. The ops themselves are reached through torch.ops.persistent_gemm.
 #include <torch/extension.h>
 
+#include <optional>
+
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -60,6 +62,41 @@ at::Tensor device_schedule(std::string const& name, int m, int n, int l, int wor
               mod->table->arch));
 }
 
+// The dispatcher's decision for a problem, without running it (persistent_gemm.explain).
+py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::string const& dtype,
+                 std::string const& out_dtype, bool a_k_major, bool b_k_major, std::string const& scale,
+                 int sm_count, std::optional<std::string> config) {
+  auto const parse = [](std::string const& d, char const* what) {
+    if (d == "bf16") return DType::BF16;
+    if (d == "fp16") return DType::FP16;
+    if (d == "fp32") return DType::FP32;
+    if (d == "e4m3") return DType::E4M3;
+    TORCH_CHECK_VALUE(false, msg(what, " must be bf16, fp16, fp32 or e4m3, got '", d, "'"));
+  };
+  ArchModule const* mod = nullptr;
+  for (auto const& a : registered_arches())
+    if (arch == a.table->arch) mod = &a;
+  TORCH_CHECK_VALUE(mod, msg("explain: no kernel module for arch '", arch, "' is built"));
+  Request r;
+  r.m = m, r.n = n, r.k = k;
+  r.a = r.b = parse(dtype, "dtype");
+  r.d = parse(out_dtype, "out_dtype");
+  r.a_k_major = a_k_major, r.b_k_major = b_k_major;
+  r.scale = scale == "tensor" ? ScaleMode::Tensorwise : scale == "row" ? ScaleMode::Rowwise : ScaleMode::None;
+  r.d_aligned = (n * (r.d == DType::FP32 ? 4 : 2)) % 16 == 0;
+  r.sm_count = sm_count;
+  r.config = config;
+  Choice const c = choose_kernel("explain", *mod->table, r);
+  py::dict d;
+  d["config"] = c.entry->config;
+  d["tma_store"] = c.entry->tma_store;
+  d["copy_a"] = c.copy_a;
+  d["copy_b"] = c.copy_b;
+  d["pad_d"] = c.pad_d;
+  d["log"] = c.log;
+  return d;
+}
+
 }  // namespace
 }  // namespace persistent_gemm
 
@@ -106,6 +143,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     for (auto const& mod : registered_arches()) a.emplace_back(mod.table->arch);
     return a;
   });
+  m.def("explain", &explain, py::arg("arch"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"),
+        py::arg("out_dtype"), py::arg("a_k_major") = true, py::arg("b_k_major") = true,
+        py::arg("scale") = "none", py::arg("sm_count") = 132, py::arg("config") = py::none());
   m.def("set_poison_outputs", &set_poison_outputs,
         "tests: NaN-fill every kernel output buffer before the launch, so unwritten tiles show");
   m.def("schedule_order", &schedule_order, py::arg("config"), py::arg("m"), py::arg("n"),

@@ -16,6 +16,7 @@ import importlib
 
 from ._version import __version__
 from .catalogue import CATALOGUE, ConfigError, KernelConfig
+from .explain import Decision, explain
 from .quant import dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp4, quantize_mxfp8
 from .schedule import ScheduleGrid, TileSchedule
 
@@ -81,6 +82,8 @@ __all__ = [
     "quantize_mxfp4",
     "dequantize_mxfp8",
     "dequantize_mxfp4",
+    "explain",
+    "Decision",
     "extension_available",
     "built_archs",
 ]

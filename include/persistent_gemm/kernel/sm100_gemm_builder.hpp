@@ -29,6 +29,7 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/layout/matrix.h"
 
+#include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm100_gemm_persistent.hpp"
 #include "persistent_gemm/registry.h"
 
@@ -134,27 +135,14 @@ struct Sm100Gemm {
     return Kernel::can_implement(make_arguments(a));
   }
 
-  // Opt into > 48 KB of dynamic smem once per device (per-device function state).
-  static cudaError_t configure(int device) {
-    static std::atomic<uint64_t> done_mask{0};
-    uint64_t const bit = device < 64 ? (uint64_t{1} << device) : 0;
-    if (bit && (done_mask.load(std::memory_order_acquire) & bit)) return cudaSuccess;
-    cudaError_t err = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           Kernel::SharedStorageSize);
-    if (err == cudaSuccess && bit) done_mask.fetch_or(bit, std::memory_order_acq_rel);
-    return err;
-  }
+  static void const* entry() { return reinterpret_cast<void const*>(&cutlass::device_kernel<Kernel>); }
 
   // Clusters of this kernel the device can hold at once (0 if the query fails). Not used by
   // run(), which keeps the project-wide rule W = sm_count / cluster size; GPC shape can make
   // the true figure smaller for clusters > 1, and a caller may pass it as max_workers.
   static int max_active_clusters(int device) {
-    if (configure(device) != cudaSuccess) return 0;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = Kernel::ClusterM;
-    attr[0].val.clusterDim.y = Kernel::ClusterN;
-    attr[0].val.clusterDim.z = 1;
+    if (opt_in_smem<Kernel>(entry(), device) != cudaSuccess) return 0;
+    cudaLaunchAttribute attr[1] = {cluster_attribute(dim3(Kernel::ClusterM, Kernel::ClusterN, 1))};
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(Kernel::ClusterM, Kernel::ClusterN, 1);
     cfg.blockDim = Kernel::get_block_shape();
@@ -169,29 +157,6 @@ struct Sm100Gemm {
     return clusters;
   }
 
-  static cudaError_t launch(typename Kernel::Params const& params, cudaStream_t stream) {
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err != cudaSuccess) return err;
-    if ((err = configure(device)) != cudaSuccess) return err;
-
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    dim3 const cluster = Kernel::get_cluster_shape();
-    attr[0].val.clusterDim.x = cluster.x;
-    attr[0].val.clusterDim.y = cluster.y;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = Kernel::get_grid_shape(params);
-    cfg.blockDim = Kernel::get_block_shape();
-    cfg.dynamicSmemBytes = size_t(Kernel::SharedStorageSize);
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    void* kernel_args[] = {const_cast<typename Kernel::Params*>(&params)};
-    return cudaLaunchKernelExC(&cfg, reinterpret_cast<void const*>(&cutlass::device_kernel<Kernel>), kernel_args);
-  }
-
   // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
   static cudaError_t run(GemmArgs const& a, cudaStream_t stream) noexcept {
     if (!can_implement(a)) return cudaErrorInvalidValue;
@@ -202,7 +167,7 @@ struct Sm100Gemm {
       if (err == cudaSuccess) err = cudaDeviceGetAttribute(&args.sm_count, cudaDevAttrMultiProcessorCount, device);
       if (err != cudaSuccess) return err;
     }
-    return launch(Kernel::to_underlying_arguments(args), stream);
+    return launch_on_clusters<Kernel>(entry(), Kernel::to_underlying_arguments(args), stream);
   }
 };
 

@@ -33,6 +33,7 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 
 #include "persistent_gemm/epilogue/sm90_predicated_epilogue.hpp"
+#include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
 #include "persistent_gemm/registry.h"
 
@@ -217,46 +218,13 @@ struct Sm90Gemm {
     return Kernel::can_implement(make_arguments(g));
   }
 
-  // Opt into > 48 KB of dynamic smem once per device (the attribute is per-device state).
-  static cudaError_t configure(int device) {
-    static std::atomic<uint64_t> done_mask{0};
-    uint64_t const bit = device < 64 ? (uint64_t(1) << device) : 0;
-    if (bit && (done_mask.load(std::memory_order_acquire) & bit)) return cudaSuccess;
-    cudaError_t err = cudaFuncSetAttribute(sm90_gemm_persistent_entry<Kernel>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::SharedStorageSize);
-    if (err == cudaSuccess && bit) done_mask.fetch_or(bit, std::memory_order_acq_rel);
-    return err;
-  }
-
-  static cudaError_t launch(Params const& params, cudaStream_t stream) {
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err != cudaSuccess) return err;
-    if ((err = configure(device)) != cudaSuccess) return err;
-
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    dim3 const cluster = Kernel::get_cluster_shape();
-    attr[0].val.clusterDim.x = cluster.x;
-    attr[0].val.clusterDim.y = cluster.y;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = Kernel::get_grid_shape(params);
-    config.blockDim = Kernel::get_block_shape();
-    config.dynamicSmemBytes = size_t(Kernel::SharedStorageSize);
-    config.stream = stream;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    void* kernel_args[] = {const_cast<Params*>(&params)};
-    return cudaLaunchKernelExC(&config, reinterpret_cast<void const*>(&sm90_gemm_persistent_entry<Kernel>),
-                               kernel_args);
-  }
+  static void const* entry() { return reinterpret_cast<void const*>(&sm90_gemm_persistent_entry<Kernel>); }
 
   // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
   static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
     if (!can_implement(g)) return cudaErrorInvalidValue;
     Params const params = Kernel::to_underlying_arguments(make_arguments(g));
-    return launch(params, stream);
+    return launch_on_clusters<Kernel>(entry(), params, stream);
   }
 };
 

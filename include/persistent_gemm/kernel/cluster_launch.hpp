@@ -1,0 +1,54 @@
+// Host side shared by the SM90 and SM100 builders: opting a kernel into its dynamic shared
+// memory and launching its persistent grid on thread-block clusters.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace persistent_gemm::kernel {
+
+// cudaFuncSetAttribute is per-device state: set it once per (kernel, device), not per launch.
+// `Kernel` only keys the static state; `entry` is its __global__ function.
+template <class Kernel>
+cudaError_t opt_in_smem(void const* entry, int device) {
+  static std::atomic<uint64_t> done_mask{0};
+  uint64_t const bit = device < 64 ? (uint64_t{1} << device) : 0;
+  if (bit && (done_mask.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  cudaError_t err = cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Kernel::SharedStorageSize);
+  if (err == cudaSuccess && bit) done_mask.fetch_or(bit, std::memory_order_acq_rel);
+  return err;
+}
+
+inline cudaLaunchAttribute cluster_attribute(dim3 cluster) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster.x;
+  attr.val.clusterDim.y = cluster.y;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+
+// cudaLaunchKernelExC rather than CUTLASS's ClusterLauncher: that one sets the smem attribute
+// on every launch and returns a Status, losing the cudaError_t the registry contract passes on.
+template <class Kernel>
+cudaError_t launch_on_clusters(void const* entry, typename Kernel::Params const& params, cudaStream_t stream) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if ((err = opt_in_smem<Kernel>(entry, device)) != cudaSuccess) return err;
+  cudaLaunchAttribute attr[1] = {cluster_attribute(Kernel::get_cluster_shape())};
+  cudaLaunchConfig_t config{};
+  config.gridDim = Kernel::get_grid_shape(params);
+  config.blockDim = Kernel::get_block_shape();
+  config.dynamicSmemBytes = size_t(Kernel::SharedStorageSize);
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  void* kernel_args[] = {const_cast<typename Kernel::Params*>(&params)};
+  return cudaLaunchKernelExC(&config, entry, kernel_args);
+}
+
+}  // namespace persistent_gemm::kernel

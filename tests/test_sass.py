@@ -1,0 +1,55 @@
+"""The compiled kernels use the tensor-core instructions they are meant to (checked in SASS).
+
+SM100 code cannot run here; this is how its tcgen05 MMA is shown to be there. cuobjdump comes
+from the CUDA toolkit or from the triton package that torch installs.
+"""
+
+import importlib
+import importlib.util
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import persistent_gemm as pg
+
+pytestmark = pytest.mark.skipif(not pg.extension_available(), reason="extension not built")
+
+
+def cuobjdump():
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    spec = importlib.util.find_spec("triton")
+    if spec and spec.submodule_search_locations:
+        cand = Path(spec.submodule_search_locations[0]) / "backends" / "nvidia" / "bin" / "cuobjdump"
+        if cand.is_file():
+            return str(cand)
+    pytest.skip("no cuobjdump (CUDA toolkit or triton) on this machine")
+
+
+def sass(arch: str) -> str:
+    if arch not in pg.built_archs():
+        pytest.skip(f"{arch} kernels not built")
+    mod = importlib.import_module(f"persistent_gemm._C_{arch}")
+    out = subprocess.run([cuobjdump(), "--dump-sass", mod.__file__], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+
+def test_sm90a_uses_wgmma_and_tma():
+    text = sass("sm90a")
+    assert re.search(r"\bHGMMA\.64x\d+x16\.F32\.BF16", text), "no bf16 wgmma in the sm90a module"
+    assert re.search(r"\bQGMMA\.64x\d+x32\.F32\.E4M3\.E4M3", text), "no fp8 wgmma in the sm90a module"
+    assert "UTMALDG" in text and "UTMASTG" in text, "no TMA loads/stores"
+    assert "code for sm_90a" in text
+
+
+def test_sm100a_uses_tcgen05_mma():
+    text = sass("sm100a")
+    assert re.search(r"\bUTC\w*MMA", text), "no tcgen05 (UTC*MMA) instruction in the sm100a module"
+    assert "UTCHMMA.2CTA" in text, "the catalogue's 2-SM config should issue paired-CTA MMAs"
+    assert "code for sm_100a" in text
