@@ -2,7 +2,9 @@
 #include "text.h"
 
 #include <cstdio>
+#include <cstring>
 #include <map>
+#include <set>
 
 #include <c10/util/Exception.h>
 
@@ -62,29 +64,35 @@ NameShape parse_name(char const* config) {
   return s;
 }
 
-Choice choose_kernel(char const* op, KernelTable const& table, Request const& r) {
+Choice choose_kernel(char const* op, KernelTable const& table, Request const& r, bool explain) {
+  // The hot path (every op call) allocates nothing; the printable log is built only when asked.
   Choice best;
   int best_cost = 1 << 30;
   double best_util = -1.0;
-  std::map<std::string, std::string> rejected;  // config -> first reason
+  int64_t best_waves = 0;
+  std::map<std::string, std::string> rejected;  // config -> first reason (explain only)
+  std::set<std::string> fitting;                // configs with at least one usable variant
+  auto reject = [&](char const* config, std::string why) {
+    if (explain) rejected.emplace(config, std::move(why));
+  };
   for (int i = 0; i < table.count; ++i) {
     KernelEntry const& e = table.entries[i];
-    std::string const name = e.config;
-    if (r.config && name != *r.config) continue;
+    if (r.config && std::strcmp(e.config, r.config->c_str()) != 0) continue;
     if (e.a_dtype != r.a || e.b_dtype != r.b) {
-      rejected.emplace(name, std::string("operands are ") + dtype_str(e.a_dtype));
+      reject(e.config, std::string("operands are ") + dtype_str(e.a_dtype));
       continue;
     }
     if (e.scale_mode != r.scale) {
-      rejected.emplace(name, "scale mode differs");
+      reject(e.config, "scale mode differs");
       continue;
     }
     Choice c;
     int const cost = adaptation_cost(e, r, &c);
     if (cost < 0) {
-      rejected.emplace(name, std::string("no variant writes ") + dtype_str(r.d));
+      reject(e.config, std::string("no variant writes ") + dtype_str(r.d));
       continue;
     }
+    if (explain) fitting.insert(e.config);
     int64_t waves = 0;
     double const util = utilization(r, parse_name(e.config), &waves);
     // Fewest extra passes first; among equals, the tile/cluster that wastes least.
@@ -93,19 +101,22 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r)
       best.entry = &e;
       best_cost = cost;
       best_util = util;
-      best.log.clear();
-      // snprintf, not iostreams, for the number: formatting a double through a libstdc++
-      // ostream crashed inside torch's process on the GPU image (mixed libstdc++ builds).
-      char util_text[32];
-      std::snprintf(util_text, sizeof(util_text), "%.3f", util);
-      best.log.push_back(name + ": utilization " + util_text + " over " + std::to_string(waves) +
-                         " wave(s), extra passes " + std::to_string(cost) +
-                         (c.copy_a ? ", copies A K-major" : "") + (c.copy_b ? ", copies B K-major" : "") +
-                         (c.pad_d ? ", pads D for TMA" : "") + (e.d_dtype != r.d ? ", casts fp32 D" : "") +
-                         (e.tma_store ? "" : ", predicated stores"));
+      best_waves = waves;
     }
   }
-  for (auto const& [name, reason] : rejected) best.log.push_back("rejected " + name + ": " + reason);
+  if (explain && best.entry) {
+    KernelEntry const& e = *best.entry;
+    // snprintf, not iostreams, for the number: see text.h.
+    char util_text[32];
+    std::snprintf(util_text, sizeof(util_text), "%.3f", best_util);
+    best.log.push_back(std::string(e.config) + ": utilization " + util_text + " over " +
+                       std::to_string(best_waves) + " wave(s), extra passes " + std::to_string(best_cost) +
+                       (best.copy_a ? ", copies A K-major" : "") + (best.copy_b ? ", copies B K-major" : "") +
+                       (best.pad_d ? ", pads D for TMA" : "") + (e.d_dtype != r.d ? ", casts fp32 D" : "") +
+                       (e.tma_store ? "" : ", predicated stores"));
+  }
+  for (auto const& [name, reason] : rejected)
+    if (!fitting.count(name)) best.log.push_back("rejected " + name + ": " + reason);
   if (!best.entry) {
     std::string have;
     for (int i = 0; i < table.count; ++i)

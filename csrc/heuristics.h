@@ -29,8 +29,9 @@ struct Choice {
   std::vector<std::string> log;         // the decision, one line per rule applied
 };
 
-// Throws (TORCH_CHECK) with the list of what is available when nothing fits.
-Choice choose_kernel(char const* op, KernelTable const& table, Request const& req);
+// Throws (TORCH_CHECK) with the list of what is available when nothing fits. `explain` fills
+// Choice::log (the chosen kernel's line, then the configs turned down and why).
+Choice choose_kernel(char const* op, KernelTable const& table, Request const& req, bool explain = false);
 
 // Tile shape and cluster parsed from a canonical name: (tile_m, tile_n, cluster_m, cluster_n).
 struct NameShape {

@@ -86,7 +86,7 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   r.d_aligned = (n * (r.d == DType::FP32 ? 4 : 2)) % 16 == 0;
   r.sm_count = sm_count;
   r.config = config;
-  Choice const c = choose_kernel("explain", *mod->table, r);
+  Choice const c = choose_kernel("explain", *mod->table, r, /*explain=*/true);
   py::dict d;
   d["config"] = c.entry->config;
   d["tma_store"] = c.entry->tma_store;
