@@ -125,9 +125,10 @@ at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tens
   return c.pad_d ? d.contiguous() : d;
 }
 
-int64_t arg_int_range(int64_t v, char const* op, char const* what) {
-  TORCH_CHECK_VALUE(v < (int64_t(1) << 31), msg(op, ": ", what, " = ", v, " exceeds the 2^31 the kernels index"));
-  return v;
+// The kernels index tiles and elements with 32-bit extents.
+void check_extents(char const* op, Problem const& p) {
+  for (auto [what, v] : {std::pair<char const*, int64_t>{"M", p.m}, {"N", p.n}, {"K", p.k}})
+    TORCH_CHECK_VALUE(v < (int64_t(1) << 31), msg(op, ": ", what, " = ", v, " exceeds the 2^31 the kernels index"));
 }
 
 }  // namespace
@@ -160,7 +161,7 @@ at::Tensor mm_cuda(at::Tensor const& a, at::Tensor const& b, std::optional<at::S
   check_config(op, config, {a.scalar_type() == at::kBFloat16 ? "bf16" : "fp16"});
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
-  arg_int_range(p.m, op, "M"), arg_int_range(p.n, op, "N"), arg_int_range(p.k, op, "K");
+  check_extents(op, p);
   auto const& mod = require_arch(op, a);
   Request req;
   req.m = p.m, req.n = p.n, req.k = p.k;
@@ -182,7 +183,7 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
   check_config(op, config, {"e4m3"});
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
-  arg_int_range(p.m, op, "M"), arg_int_range(p.n, op, "N"), arg_int_range(p.k, op, "K");
+  check_extents(op, p);
   auto const& mod = require_arch(op, a);
   Request req;
   req.m = p.m, req.n = p.n, req.k = p.k;

@@ -37,7 +37,7 @@ at::Tensor unpack_e2m1(at::Tensor const& packed_rows) {
 at::Tensor mm_cpu(at::Tensor const& a, at::Tensor const& b, std::optional<at::ScalarType> out_dtype,
                   std::optional<c10::string_view> config) {
   auto const p = check_mm("persistent_gemm.mm", a, b, out_dtype);
-  check_config("persistent_gemm.mm", config, {c10::toString(a.scalar_type()) == std::string("BFloat16") ? "bf16" : "fp16"});
+  check_config("persistent_gemm.mm", config, {a.scalar_type() == at::kBFloat16 ? "bf16" : "fp16"});
   return at::mm(a.to(at::kFloat), b.to(at::kFloat)).to(p.out_dtype);
 }
 
