@@ -73,6 +73,20 @@ void check_block_scale(char const* op, char const* arg, at::Tensor const& s, int
   check_row_major(op, arg, s, "row-major");
 }
 
+// Ranks, devices and dtypes shared by the two MX ops (a is always e4m3 with e8m0 scales).
+void check_block_scaled_operands(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
+                                 at::Tensor const& b, at::Tensor const& b_scale, char const* b_shape,
+                                 at::ScalarType b_dtype) {
+  check_2d(op, "a", a, "(M, K)");
+  check_2d(op, "b", b, b_shape);
+  check_device_kind(op, a);
+  check_same_device(op, a, "b", b);
+  check_same_device(op, a, "a_scale", a_scale);
+  check_same_device(op, a, "b_scale", b_scale);
+  check_dtype(op, "a", a, at::kFloat8_e4m3fn);
+  check_dtype(op, "b", b, b_dtype);
+}
+
 }  // namespace
 
 void check_config(char const* op, std::optional<c10::string_view> config,
@@ -160,14 +174,7 @@ Problem check_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b
 Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
                        at::Tensor const& b, at::Tensor const& b_scale,
                        std::optional<at::ScalarType> out_dtype) {
-  check_2d(op, "a", a, "(M, K)");
-  check_2d(op, "b", b, "(K, N)");
-  check_device_kind(op, a);
-  check_same_device(op, a, "b", b);
-  check_same_device(op, a, "a_scale", a_scale);
-  check_same_device(op, a, "b_scale", b_scale);
-  check_dtype(op, "a", a, at::kFloat8_e4m3fn);
-  check_dtype(op, "b", b, at::kFloat8_e4m3fn);
+  check_block_scaled_operands(op, a, a_scale, b, b_scale, "(K, N)", at::kFloat8_e4m3fn);
   TORCH_CHECK_VALUE(a.size(1) == b.size(0), msg(op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
                     b.sizes(), "; their K extents differ"));
   check_row_major(op, "a", a, "row-major (M, K)");
@@ -181,14 +188,8 @@ Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& a_
 Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
                          at::Tensor const& b, at::Tensor const& b_scale,
                          std::optional<at::ScalarType> out_dtype) {
-  check_2d(op, "a", a, "(M, K)");
-  check_2d(op, "b", b, "(K/2, N) of packed e2m1 pairs");
-  check_device_kind(op, a);
-  check_same_device(op, a, "b", b);
-  check_same_device(op, a, "a_scale", a_scale);
-  check_same_device(op, a, "b_scale", b_scale);
-  check_dtype(op, "a", a, at::kFloat8_e4m3fn);
-  check_dtype(op, "b", b, at::kFloat4_e2m1fn_x2);
+  check_block_scaled_operands(op, a, a_scale, b, b_scale, "(K/2, N) of packed e2m1 pairs",
+                              at::kFloat4_e2m1fn_x2);
   int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
   TORCH_CHECK_VALUE(k % kMxBlock == 0, msg(op, ": K = ", k,
                     " must be a multiple of 32 (whole e2m1 scale blocks; packed rows 16-byte aligned)"));
