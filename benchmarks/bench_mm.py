@@ -6,6 +6,11 @@ operands cached by the previous one. Writes a CSV, a markdown table (ratio to th
 row, geometric mean) and a PNG.
 
     python benchmarks/bench_mm.py --out benchmarks/results/h200 [--suite quick|full] [--ops mm,scaled_mm]
+
+``--sweep`` also times every built config, forced with ``config=``, on every shape of the suite,
+beside the dispatcher's pick and its cost-model estimate (``<out>_sweep.csv``): the data the
+heuristic's constants are fitted to. ``--overhead`` times back-to-back calls on a tiny problem,
+where the GPU waits on the host, to show each op's host cost per call (``<out>_overhead.csv``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import argparse
 import csv
 import math
 import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -68,11 +74,75 @@ def make_inputs(op: str, m: int, n: int, k: int):
 
 def peers(op: str):
     if op == "mm":
-        return {"ours": lambda a, b: pg.mm(a, b), "torch.mm": lambda a, b: torch.mm(a, b)}
+        return {"ours": lambda a, b, **kw: pg.mm(a, b, **kw), "torch.mm": lambda a, b: torch.mm(a, b)}
     return {
-        "ours": lambda a, b, sa, sb: pg.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+        "ours": lambda a, b, sa, sb, **kw: pg.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, **kw),
         "torch._scaled_mm": lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
     }
+
+
+def built_configs(op: str) -> list[str]:
+    family = "_bf16_" if op == "mm" else "_e4m3_"
+    return sorted({k["config"] for k in pg._C.built_kernels() if family in k["config"]})
+
+
+def sweep(op: str, suite, warmup: int, iters: int, out: Path) -> None:
+    """Every built config of the op's dtype forced on every shape: measured vs the model."""
+    rows = []
+    for group, shapes in suite.items():
+        for m, n, k in shapes:
+            inputs = make_inputs(op, m, n, k)
+            fn = peers(op)["ours"]
+            d = pg.explain(m, n, k, dtype="bf16" if op == "mm" else "e4m3",
+                           out_dtype="bf16", scale="none" if op == "mm" else "tensor")
+            for cfg in built_configs(op):
+                forced = pg.explain(m, n, k, dtype="bf16" if op == "mm" else "e4m3", out_dtype="bf16",
+                                    scale="none" if op == "mm" else "tensor", config=cfg)
+                ms = time_ms(lambda *a: fn(*a, config=cfg), inputs, warmup, iters)
+                rows.append(dict(op=op, group=group, m=m, n=n, k=k, config=cfg, ms=ms,
+                                 tflops=2.0 * m * n * k / ms / 1e9, estimate_us=forced.estimate_us,
+                                 picked=int(cfg == d.config)))
+                print(f"sweep {op:<9} {m:>5}x{n:>5}x{k:>5} {cfg:<45} {rows[-1]['tflops']:7.1f} TFLOP/s "
+                      f"({ms * 1e3:8.1f} us, model {forced.estimate_us:8.1f}){' <- picked' if rows[-1]['picked'] else ''}",
+                      flush=True)
+            del inputs
+    path = out.with_name(out.name + "_sweep.csv")
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+
+
+def host_overhead(out: Path, calls: int = 2000) -> None:
+    """Host time per call: back-to-back calls on a tiny problem, one synchronize at the end."""
+    a, b = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16), torch.randn(64, 64, device="cuda",
+                                                                                     dtype=torch.bfloat16)
+    a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device="cuda")
+    cases = {
+        "pg.mm": lambda: pg.mm(a, b),
+        "torch.mm": lambda: torch.mm(a, b),
+        "pg.scaled_mm": lambda: pg.scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16),
+        "torch._scaled_mm": lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16),
+    }
+    rows = []
+    for label, fn in cases.items():
+        for _ in range(200):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        us = (time.perf_counter() - t0) / calls * 1e6
+        rows.append(dict(call=label, us_per_call=us))
+        print(f"host overhead {label:<18} {us:6.2f} us/call", flush=True)
+    with open(out.with_name(out.name + "_overhead.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
 
 
 def main() -> int:
@@ -82,9 +152,21 @@ def main() -> int:
     ap.add_argument("--ops", default="mm,scaled_mm")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--sweep", action="store_true", help="also time every built config on every shape")
+    ap.add_argument("--overhead", action="store_true", help="also measure host time per call")
     args = ap.parse_args()
     suite = SUITE if args.suite == "full" else QUICK
     gpu = torch.cuda.get_device_name()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.overhead:
+        host_overhead(out)
+    if args.sweep:
+        sweep_path = out.with_name(out.name + "_sweep.csv")
+        if sweep_path.exists():
+            sweep_path.unlink()
+        for op in args.ops.split(","):
+            sweep(op, suite, args.warmup, args.iters, out)
     rows = []
     for op in args.ops.split(","):
         for group, shapes in suite.items():
@@ -106,8 +188,6 @@ def main() -> int:
                 print(f"{op:<9} {group:<9} {m:>5}x{n:>5}x{k:>5}  ours {row['ours_tflops']:7.1f} TFLOP/s  "
                       f"{peer_name} {row['peer_tflops']:7.1f}  x{row['speedup']:.2f}", flush=True)
                 del inputs
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.with_suffix(".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()

@@ -2,6 +2,7 @@
 #include "text.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -25,17 +26,61 @@ char const* dtype_str(DType t) {
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Fraction of launched MMA work that is useful: tile padding times wave quantization.
-double utilization(Request const& r, NameShape const& s, int64_t* waves_out) {
-  int64_t const mt = cdiv(r.m, s.tile_m), nt = cdiv(r.n, s.tile_n);
-  int64_t const ids = cdiv(mt, s.cluster_m) * cdiv(nt, s.cluster_n);
-  int64_t const workers = std::max<int64_t>(1, r.sm_count / (s.cluster_m * s.cluster_n));
-  int64_t const waves = cdiv(ids, workers);
-  *waves_out = waves;
-  double const tile_eff = double(r.m) * r.n / (double(ids * s.cluster_m * s.tile_m) * (s.cluster_n * s.tile_n));
-  double const wave_eff = double(ids) / double(waves * workers);
-  return tile_eff * wave_eff;
+int64_t bytes_of(DType t) { return t == DType::FP32 ? 4 : t == DType::E4M3 ? 1 : 2; }
+
+// ---- the cost model ------------------------------------------------------------------------
+// A config's time for a problem is the largest of three bounds, each printable:
+//   mma   waves x per-tile time on one SM: the tile's MMA work at the style's efficiency, or the
+//         tile's operand bytes at one SM's load rate if that is longer, plus the cooperative
+//         epilogue (ping-pong hides it behind the other consumer's mainloop);
+//   dram  compulsory bytes (A, B, D once) at device bandwidth;
+//   l2    operand bytes all tiles pull from L2 (multicast divides a cluster's shared panel).
+// Constants: H200 (132 SMs), fitted to benchmarks/results/h200_sweep.csv (every built config
+// forced on every benchmark shape).
+namespace model {
+constexpr double kClockGHz = 1.755;            // sustained SM clock under GEMM load
+constexpr double kFlopsPerClk16 = 4096;        // dense bf16/fp16 wgmma per SM per clock (fp8: 2x)
+constexpr double kStageOverheadClk = 160;      // per k-tile: barrier waits, issue, release
+constexpr double kMmaEffMax = 0.92;            // power/clock derating of the ideal MMA rate
+constexpr double kSmLoadBytesPerUs = 180e3;    // one SM's sustained TMA inflow
+constexpr double kDramBytesPerUs = 3.9e6;      // device memory, read + write
+constexpr double kL2BytesPerUs = 9.0e6;        // L2 -> SMs, all SMs together
+constexpr double kCoopEpilogueUsPer32K = 1.2;  // cooperative epilogue per 32K-element tile
+constexpr double kLaunchUs = 4.0;              // grid start-up and the first tile's prologue
+}  // namespace model
+
+}  // namespace
+
+Estimate estimate(Request const& r, KernelGeometry const& g) {
+  using namespace model;
+  Estimate e;
+  int64_t const ea = bytes_of(r.a), eb = bytes_of(r.b), ed = bytes_of(r.d);
+  int64_t const mt = cdiv(r.m, g.tile_m), nt = cdiv(r.n, g.tile_n), kp = cdiv(r.k, g.tile_k) * g.tile_k;
+  int64_t const ids = cdiv(mt, g.cluster_m) * cdiv(nt, g.cluster_n);
+  int64_t const workers = std::max<int64_t>(1, r.sm_count / (g.cluster_m * g.cluster_n));
+  e.waves = cdiv(ids, workers);
+  e.tile_eff = double(r.m) * r.n / (double(ids * g.cluster_m * g.tile_m) * (g.cluster_n * g.tile_n));
+
+  // Per k-tile work in SM clocks (fp8 tiles are twice as deep at twice the rate: same clocks).
+  double const flops_per_clk = kFlopsPerClk16 * (ea == 1 ? 2 : 1);
+  double const stage_clk = 2.0 * g.tile_m * g.tile_n * g.tile_k / flops_per_clk;
+  double const eff = kMmaEffMax * stage_clk / (stage_clk + kStageOverheadClk);
+  double const tile_mma_us = 2.0 * g.tile_m * g.tile_n * kp / flops_per_clk / eff / (kClockGHz * 1e3);
+  // Rows past M (cols past N) are zero-filled by TMA without a memory read.
+  double const rows_a = std::min<int64_t>(g.tile_m, r.m), rows_b = std::min<int64_t>(g.tile_n, r.n);
+  double const tile_load_us = (rows_a * ea + rows_b * eb) * kp / kSmLoadBytesPerUs;
+  double tile_us = std::max(tile_mma_us, tile_load_us);
+  if (g.style == KernelStyle::Cooperative) tile_us += kCoopEpilogueUsPer32K * g.tile_m * g.tile_n / 32768.0;
+  e.mma_us = e.waves * tile_us;
+
+  e.dram_us = double(r.m * r.k * ea + r.n * r.k * eb + r.m * r.n * ed) / kDramBytesPerUs;
+  double const l2_bytes = double(mt * nt) * kp * (rows_a * ea / g.cluster_n + rows_b * eb / g.cluster_m);
+  e.l2_us = l2_bytes / kL2BytesPerUs;
+  e.us = std::max({e.mma_us, e.dram_us, e.l2_us}) + kLaunchUs;
+  return e;
 }
+
+namespace {
 
 // Extra passes over memory a variant costs for this request (0 = exact fast path).
 int adaptation_cost(KernelEntry const& e, Request const& r, Choice* c) {
@@ -55,21 +100,12 @@ int adaptation_cost(KernelEntry const& e, Request const& r, Choice* c) {
 
 }  // namespace
 
-NameShape parse_name(char const* config) {
-  NameShape s;
-  std::string const n(config);
-  // <arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_...
-  size_t const p = n.find('_', n.find('_') + 1) + 1;
-  std::sscanf(n.c_str() + p, "%dx%dx%d_c%dx%d", &s.tile_m, &s.tile_n, &s.tile_k, &s.cluster_m, &s.cluster_n);
-  return s;
-}
-
 Choice choose_kernel(char const* op, KernelTable const& table, Request const& r, bool explain) {
   // The hot path (every op call) allocates nothing; the printable log is built only when asked.
   Choice best;
   int best_cost = 1 << 30;
-  double best_util = -1.0;
-  int64_t best_waves = 0;
+  Estimate best_est;
+  best_est.us = 1e300;
   std::map<std::string, std::string> rejected;  // config -> first reason (explain only)
   std::set<std::string> fitting;                // configs with at least one usable variant
   auto reject = [&](char const* config, std::string why) {
@@ -93,24 +129,24 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
       continue;
     }
     if (explain) fitting.insert(e.config);
-    int64_t waves = 0;
-    double const util = utilization(r, parse_name(e.config), &waves);
-    // Fewest extra passes first; among equals, the tile/cluster that wastes least.
-    if (cost < best_cost || (cost == best_cost && util > best_util + 1e-9)) {
+    Estimate const est = estimate(r, e.geometry);
+    // Fewest extra passes first; among equals, the fastest estimate.
+    if (cost < best_cost || (cost == best_cost && est.us < best_est.us)) {
       best = c;
       best.entry = &e;
       best_cost = cost;
-      best_util = util;
-      best_waves = waves;
+      best_est = est;
     }
   }
   if (explain && best.entry) {
     KernelEntry const& e = *best.entry;
-    // snprintf, not iostreams, for the number: see text.h.
-    char util_text[32];
-    std::snprintf(util_text, sizeof(util_text), "%.3f", best_util);
-    best.log.push_back(std::string(e.config) + ": utilization " + util_text + " over " +
-                       std::to_string(best_waves) + " wave(s), extra passes " + std::to_string(best_cost) +
+    // snprintf, not iostreams, for the numbers: see text.h.
+    char est_text[160];
+    std::snprintf(est_text, sizeof(est_text),
+                  "estimate %.1f us (mma %.1f over %lld wave(s), dram %.1f, l2 %.1f; tiles %.0f%% useful)",
+                  best_est.us, best_est.mma_us, static_cast<long long>(best_est.waves), best_est.dram_us,
+                  best_est.l2_us, 100.0 * best_est.tile_eff);
+    best.log.push_back(std::string(e.config) + ": " + est_text + ", extra passes " + std::to_string(best_cost) +
                        (best.copy_a ? ", copies A K-major" : "") + (best.copy_b ? ", copies B K-major" : "") +
                        (best.pad_d ? ", pads D for TMA" : "") + (e.d_dtype != r.d ? ", casts fp32 D" : "") +
                        (e.tma_store ? "" : ", predicated stores"));

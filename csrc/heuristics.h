@@ -33,10 +33,15 @@ struct Choice {
 // Choice::log (the chosen kernel's line, then the configs turned down and why).
 Choice choose_kernel(char const* op, KernelTable const& table, Request const& req, bool explain = false);
 
-// Tile shape and cluster parsed from a canonical name: (tile_m, tile_n, cluster_m, cluster_n).
-struct NameShape {
-  int tile_m = 0, tile_n = 0, tile_k = 0, cluster_m = 1, cluster_n = 1;
+// The cost model's estimate of one config for one problem (heuristics.cpp says how).
+struct Estimate {
+  double us = 0;       // the estimate: the largest bound plus launch
+  double mma_us = 0;   // waves x per-tile time (MMA or the SM's load rate, + coop epilogue)
+  double dram_us = 0;  // compulsory bytes at device bandwidth
+  double l2_us = 0;    // operand bytes pulled from L2 by all tiles
+  int64_t waves = 0;
+  double tile_eff = 0; // useful fraction of the launched tile area
 };
-NameShape parse_name(char const* config);
+Estimate estimate(Request const& req, KernelGeometry const& geometry);
 
 }  // namespace persistent_gemm

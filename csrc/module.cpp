@@ -45,12 +45,15 @@ at::Tensor device_schedule(std::string const& name, int m, int n, int l, int wor
   TORCH_CHECK(mod, msg("device_schedule: no kernel module is built for device ", device));
   for (auto const* s = mod->schedules; s->config; ++s) {
     if (name != s->config) continue;
-    auto const shape = parse_name(s->config);
-    int64_t const mt = (m + shape.tile_m - 1) / shape.tile_m, nt = (n + shape.tile_n - 1) / shape.tile_n;
-    int64_t const ids = l * ((mt + shape.cluster_m - 1) / shape.cluster_m) * ((nt + shape.cluster_n - 1) / shape.cluster_n);
+    KernelGeometry const* shape = nullptr;  // every built config has at least one kernel entry
+    for (int i = 0; i < mod->table->count && !shape; ++i)
+      if (name == mod->table->entries[i].config) shape = &mod->table->entries[i].geometry;
+    TORCH_CHECK(shape, msg("device_schedule: config '", name, "' has a scheduler walk but no kernel entry"));
+    int64_t const mt = (m + shape->tile_m - 1) / shape->tile_m, nt = (n + shape->tile_n - 1) / shape->tile_n;
+    int64_t const ids = l * ((mt + shape->cluster_m - 1) / shape->cluster_m) * ((nt + shape->cluster_n - 1) / shape->cluster_n);
     int64_t const steps = std::max<int64_t>(1, (ids + workers - 1) / workers);
     c10::cuda::CUDAGuard guard(device);
-    auto out = at::full({workers, shape.cluster_m * shape.cluster_n, steps, 4}, -1,
+    auto out = at::full({workers, shape->cluster_m * shape->cluster_n, steps, 4}, -1,
                         at::TensorOptions().dtype(at::kInt).device(at::kCUDA, device));
     auto const* prop = &device_info(device);
     cudaError_t err = s->walk(m, n, l, workers, prop->sm_count, out.data_ptr<int32_t>(),
@@ -94,6 +97,7 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   d["copy_b"] = c.copy_b;
   d["pad_d"] = c.pad_d;
   d["log"] = c.log;
+  d["estimate_us"] = estimate(r, c.entry->geometry).us;
   return d;
 }
 

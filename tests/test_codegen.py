@@ -53,6 +53,24 @@ def test_generate_writes_named_files(tmp_path):
     assert '"sm90a", 9, 0' in kt
 
 
+def test_kernel_table_carries_each_configs_geometry(tmp_path):
+    # The dispatcher's cost model reads tile, cluster and style from the entry, never the name;
+    # 2-SM UMMA entries carry the per-CTA tile (half the MMA tile's M) that the scheduler counts.
+    codegen.generate(tmp_path, ["sm90a", "sm100a"], pattern="")
+    for arch in ("sm90a", "sm100a"):
+        kt = (tmp_path / arch / "kernel_table.cpp").read_text()
+        for cfg in (c for c in CATALOGUE if c.arch == arch):
+            (tm, tn), tk = cfg.cta_tile, cfg.tile[2]
+            cm, cn = cfg.schedule.cluster
+            style = codegen._STYLE_ENUM[cfg.kernel]
+            rows = [r for r in kt.split('{"')[1:] if r.startswith(cfg.name + '"') and "DType::" in r]
+            assert rows, cfg.name
+            for row in rows:
+                assert f"{{{tm}, {tn}, {tk}, {cm}, {cn}, KernelStyle::{style}}}" in row, (cfg.name, row)
+    two_sm = next(c for c in CATALOGUE if c.kernel == "2sm")
+    assert two_sm.cta_tile[0] == two_sm.tile[0] // 2
+
+
 def test_generate_filter_and_stale_removal(tmp_path):
     codegen.generate(tmp_path, ["sm90a"], pattern="")
     before = {p.name for p in (tmp_path / "sm90a").iterdir()}

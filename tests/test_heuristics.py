@@ -19,9 +19,27 @@ def test_large_square_takes_the_cooperative_tile():
     assert d.log and d.log[0].startswith(d.config)
 
 
-def test_small_m_prefers_the_tile_without_tail_ctas():
-    # M = 128 with a 2x1 cluster of 128-row tiles leaves half the CTAs as tail CTAs.
-    assert pg.explain(128, 8192, 8192).config == "sm90a_bf16_128x128x64_c1x2_sw8_row_pp"
+def cfg(name):
+    return pg.KernelConfig.from_name(name)
+
+
+@pytest.mark.parametrize("dtype,scale", [("bf16", "none"), ("e4m3", "tensor")])
+def test_decode_puts_every_sm_on_the_weight_stream(dtype, scale):
+    # M <= 128 against an 8192-wide weight: 128-column tiles would leave 64 of 132 SMs idle, and a
+    # 2x1 cluster of 128-row tiles would make every other CTA a tail CTA.
+    for m in (1, 16, 64, 128):
+        c = cfg(pg.explain(m, 8192, 8192, dtype=dtype, scale=scale).config)
+        assert c.kernel == "pingpong" and c.schedule.cluster_m == 1, (m, c.name)
+        assert c.cta_tile[1] == 64 and c.cta_tile[0] <= max(64, m), (m, c.name)
+
+
+def test_estimates_follow_the_work():
+    e = lambda m, n, k, **kw: pg.explain(m, n, k, **kw).estimate_us
+    assert e(8192, 8192, 8192) > 4 * e(4096, 4096, 4096) > 0      # 8x the FLOPs
+    assert e(8192, 8192, 8192, dtype="e4m3", scale="tensor") < e(8192, 8192, 8192)  # fp8: 2x rate
+    # Decode is bounded by the weight read: 128 MiB of bf16 at H200 bandwidth is over 30 us.
+    assert e(1, 8192, 8192) > 30
+    assert "dram" in pg.explain(1, 8192, 8192).log[0]
 
 
 def test_unaligned_n_uses_predicated_stores():

@@ -168,6 +168,23 @@ def test_mm_autograd_matches_torch_mm():
     assert rel_err(ga, ref_ga) < 1e-2
 
 
+def test_mm_autograd_is_a_cpp_kernel_and_tracks_only_what_needs_grad():
+    # The Autograd kernel is C++ (csrc/ops.cpp), so no Python runs on an eager call.
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("persistent_gemm::mm", "Autograd")
+    g = gen(6)
+    a = torch.randn(9, 40, generator=g).to(torch.bfloat16)
+    b = torch.randn(40, 5, generator=g).to(torch.bfloat16).requires_grad_()
+    assert pg.mm(a, b.detach()).grad_fn is None
+    with torch.no_grad():
+        assert pg.mm(a, b).grad_fn is None
+    out = pg.mm(a, b)
+    assert out.grad_fn is not None
+    grad = torch.randn(9, 5, generator=g).to(torch.bfloat16)
+    out.backward(grad)
+    assert a.grad is None
+    assert rel_err(b.grad, a.double().t() @ grad.double()) < 1e-2
+
+
 # -- errors --------------------------------------------------------------------------------------
 BF = torch.bfloat16
 

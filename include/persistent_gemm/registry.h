@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 2;
+constexpr int kRegistryAbiVersion = 3;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -45,6 +45,17 @@ struct GemmArgs {
   int32_t max_workers = 0;  // 0: fill the GPU
 };
 
+// The kernel style of a config (catalogue.py's `kernel`).
+enum class KernelStyle : int32_t { Cooperative = 0, PingPong = 1, Umma1Sm = 2, Umma2Sm = 3 };
+
+// A config's geometry, written by codegen beside the name so the dispatcher's cost model never
+// parses names on the hot path.
+struct KernelGeometry {
+  int32_t tile_m, tile_n, tile_k;  // the tile one CTA owns (2-SM UMMA: half the MMA tile's M)
+  int32_t cluster_m, cluster_n;
+  KernelStyle style;
+};
+
 // What a kernel variant can run. The dispatcher matches a problem against these fields.
 struct KernelEntry {
   const char* config;   // canonical catalogue name, e.g. sm90a_bf16_128x256x64_c2x1_sw8_row_coop
@@ -52,6 +63,7 @@ struct KernelEntry {
   bool a_k_major, b_k_major;
   ScaleMode scale_mode;
   bool tma_store;       // true: D must be 16-byte aligned (pointer and ldd); false: predicated stores
+  KernelGeometry geometry;
   // Returns cudaSuccess or the launch error; never throws across the module boundary.
   cudaError_t (*run)(GemmArgs const& args, cudaStream_t stream);
 };

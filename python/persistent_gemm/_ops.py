@@ -1,7 +1,8 @@
-"""Python side of the ops: fake kernels, autograd, and the typed wrappers.
+"""Python side of the ops: fake kernels and the typed wrappers.
 
-Schemas live in C++ (``csrc/ops.cpp``); this module only registers what the compiler and
-autograd need, and wraps ``torch.ops.persistent_gemm.*`` with signatures and docstrings.
+Schemas live in C++ (``csrc/ops.cpp``), and so does ``mm``'s autograd: a Python autograd kernel
+would sit on every eager call's path. This module registers the fake kernels the compiler
+needs and wraps ``torch.ops.persistent_gemm.*`` with signatures and docstrings.
 Fake kernels check ranks, dtypes and extents with ``torch._check`` so shape errors surface at
 trace time; strides and alignment are the real kernels' business (their checks are in C++).
 """
@@ -86,28 +87,6 @@ def _fp8_fp4_mm_fake(a, a_scale, b, b_scale, out_dtype=None, config=None):
     return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, torch.bfloat16))
 
 
-# -- autograd for mm: dA = dC @ B^T, dB = A^T @ dC, both through our own mm --------------------
-def _mm_setup_context(ctx, inputs, output):
-    a, b, _out_dtype, config = inputs
-    ctx.save_for_backward(a, b)
-    ctx.config = config
-
-
-def _mm_backward(ctx, grad):
-    a, b = ctx.saved_tensors
-    # Autograd may hand us an expanded (stride-0) gradient, which mm rejects; a contiguous
-    # gradient is the common case and makes this a no-op.
-    g = grad.to(a.dtype).contiguous()
-    # Gradients come back in the input dtype, as torch.mm's do. `config` is not forwarded:
-    # the backward problems have other shapes and layouts and get their own heuristic choice.
-    da = torch.ops.persistent_gemm.mm(g, b.t()) if ctx.needs_input_grad[0] else None
-    db = torch.ops.persistent_gemm.mm(a.t(), g) if ctx.needs_input_grad[1] else None
-    return da, db, None, None
-
-
-torch.library.register_autograd(f"{_LIB}::mm", _mm_backward, setup_context=_mm_setup_context)
-
-
 # -- typed wrappers ----------------------------------------------------------------------------
 def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = None,
        config: Optional[str] = None) -> torch.Tensor:
@@ -119,7 +98,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = N
     Semantics (the CPU reference): ``(a.float() @ b.float()).to(out_dtype)``.
     Differentiable: the backward is two ``mm`` calls.
     """
-    return torch.ops.persistent_gemm.mm(a, b, out_dtype, config)
+    return torch.ops.persistent_gemm.mm.default(a, b, out_dtype, config)
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
@@ -131,7 +110,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     Semantics: ``(scale_a * scale_b * (a.float() @ b.float())).to(out_dtype)``, scales applied
     to the fp32 accumulator; ``out_dtype`` defaults to bf16.
     """
-    return torch.ops.persistent_gemm.scaled_mm(a, b, scale_a, scale_b, out_dtype, config)
+    return torch.ops.persistent_gemm.scaled_mm.default(a, b, scale_a, scale_b, out_dtype, config)
 
 
 def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
@@ -144,7 +123,7 @@ def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: t
     Semantics: dequantize exactly (``x * 2**(e - 127)``), multiply in fp32, round once.
     Use :func:`persistent_gemm.quantize_mxfp8` to produce the operands.
     """
-    return torch.ops.persistent_gemm.mxfp8_mm(a, a_scale, b, b_scale, out_dtype, config)
+    return torch.ops.persistent_gemm.mxfp8_mm.default(a, a_scale, b, b_scale, out_dtype, config)
 
 
 def fp8_fp4_mm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
@@ -157,4 +136,4 @@ def fp8_fp4_mm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale:
     K must be a multiple of 32. For weights ``w`` (N, K): ``wq, ws = quantize_mxfp4(w)``, then
     ``fp8_fp4_mm(a, a_scale, wq.t(), ws)``.
     """
-    return torch.ops.persistent_gemm.fp8_fp4_mm(a, a_scale, b, b_scale, out_dtype, config)
+    return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, a_scale, b, b_scale, out_dtype, config)

@@ -222,6 +222,13 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     # small (decode, ragged M); the heuristic picks them by utilization.
     _cfg((128, 128, 64), 8, (1, 2), kernel="pingpong"),
     _cfg((128, 128, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
+    # Decode (M <= 128 against a wide weight): 64-column tiles put every SM on the weight
+    # stream (N = 8192 gives 128 tiles, where 128-column tiles leave half the GPU idle), and
+    # 64-row tiles halve the MMA work wasted on the padding rows when M <= 64.
+    _cfg((128, 64, 64), 8, (1, 2), kernel="pingpong"),
+    _cfg((64, 64, 64), 8, (1, 2), kernel="pingpong"),
+    _cfg((128, 64, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
+    _cfg((64, 64, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a"),
 )
 

@@ -149,7 +149,8 @@ ${decls}
 namespace persistent_gemm::host {
 using namespace persistent_gemm;
 static KernelEntry const kEntries[] = {
-${entries}    {nullptr, DType::BF16, DType::BF16, DType::BF16, true, true, ScaleMode::None, true, nullptr},
+${entries}    {nullptr, DType::BF16, DType::BF16, DType::BF16, true, true, ScaleMode::None, true,
+     {0, 0, 0, 1, 1, KernelStyle::Cooperative}, nullptr},
 };
 static ScheduleEntry const kSchedules[] = {
 ${schedules}    {nullptr, nullptr},
@@ -162,6 +163,13 @@ ScheduleEntry const* schedule_entries() { return kSchedules; }
 )
 
 _ARCH_SM = {"sm90a": (9, 0), "sm100a": (10, 0)}
+_STYLE_ENUM = {"cooperative": "Cooperative", "pingpong": "PingPong", "1sm": "Umma1Sm", "2sm": "Umma2Sm"}
+
+_ENTRY = Template(
+    '    {"${name}", DType::${a}, DType::${a}, DType::${d}, ${a_k_major}, ${b_k_major}, ScaleMode::${scale}, '
+    "${tma_store},\n     {${tile_m}, ${tile_n}, ${tile_k}, ${cluster_m}, ${cluster_n}, KernelStyle::${style}}, "
+    "&gen::run_${kid}},\n"
+)
 
 
 def ident(text: str) -> str:
@@ -231,12 +239,17 @@ def kernel_table(arch: str, configs: Sequence[KernelConfig]) -> str:
         for v in variants(c):
             kid = ident(f"{c.name}__{v.suffix}")
             decls.append(f"cudaError_t run_{kid}(GemmArgs const&, cudaStream_t);")
-            a = _REG_DTYPE[c.dtype]
-            entries.append(
-                f'    {{"{c.name}", DType::{a}, DType::{a}, DType::{_REG_DTYPE[v.out]}, '
-                f"{str(v.a_k_major).lower()}, {str(v.b_k_major).lower()}, ScaleMode::{_SCALE[v.scale]}, "
-                f"{str(v.tma_store).lower()}, &gen::run_{kid}}},\n"
-            )
+            entries.append(_ENTRY.substitute(
+                c.template_args(),
+                a=_REG_DTYPE[c.dtype],
+                d=_REG_DTYPE[v.out],
+                a_k_major=str(v.a_k_major).lower(),
+                b_k_major=str(v.b_k_major).lower(),
+                scale=_SCALE[v.scale],
+                tma_store=str(v.tma_store).lower(),
+                style=_STYLE_ENUM[c.kernel],
+                kid=kid,
+            ))
             count += 1
     major, minor = _ARCH_SM[arch]
     return _KERNEL_TABLE.substitute(

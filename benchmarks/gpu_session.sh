@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One session on the H200 machine: build for sm_90a, run the GPU tests, run the benchmark.
+# Run from the repository root with the CUTLASS wheel downloaded into .whl/ (README,
+# "Benchmarks"); results land under $OUT (default benchmarks/results/run).
+#
+#   bash benchmarks/gpu_session.sh build|test|bench [extra bench_mm.py arguments]
+set -uo pipefail
+OUT=${OUT:-benchmarks/results/run}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+
+case "${1:-}" in
+  build)
+    if [ ! -f .whl/cutlass_library/source/include/cutlass/cutlass.h ]; then
+      python3 -m zipfile -e .whl/nvidia_cutlass-*.whl .whl/ || exit 1
+    fi
+    start=$(date +%s)
+    PGEMM_CUTLASS_PATH=$PWD/.whl/cutlass_library/source TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=${MAX_JOBS:-16} \
+      python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1
+    rc=$?
+    echo "build rc=$rc in $(( $(date +%s) - start )) s"
+    [ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit $rc; }
+    ;;
+  test)
+    python3 -m pytest tests -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
+    ;;
+  bench)
+    shift
+    python3 benchmarks/bench_mm.py --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/bench.log" | grep -v "^sweep" | tail -60
+    ;;
+  *)
+    echo "usage: $0 build|test|bench [bench args]" >&2
+    exit 2
+    ;;
+esac
