@@ -1,7 +1,7 @@
 """Our mm / scaled_mm against cuBLAS (torch.mm, torch._scaled_mm), side by side in one process.
 
-Timing: CUDA events around each call, median over `--iters` after `--warmup` calls; inputs
-rotate over enough copies that together they exceed twice the L2, so no call finds its
+Timing: CUDA events around each call, median over `--iters` after `--warmup` calls, ours and
+the peer interleaved call by call (same clocks and temperature for both); inputs rotate over enough copies that together they exceed twice the L2, so no call finds its
 operands cached by the previous one. Writes a CSV, a markdown table (ratio to the peer per
 row, geometric mean) and a PNG.
 
@@ -41,20 +41,33 @@ def copies_for(nbytes: int) -> int:
     return max(2, min(16, math.ceil(2 * l2 / max(nbytes, 1)) + 1))
 
 
-def time_ms(fn, inputs, warmup: int, iters: int) -> float:
-    for i in range(warmup):
-        fn(*inputs[i % len(inputs)])
+def time_interleaved(fns: dict, inputs, warmup: int, iters: int) -> dict:
+    """Median ms per call of each fn, timed round-robin: iteration i runs every fn once, so all
+    of them meet the same clocks and temperature (an H200 under GEMM load drifts by 10% over
+    seconds, which timing one fn after the other turns into a bias). A fn that raises during
+    warm-up (cuBLAS refusing a shape) gets NaN."""
+    live, out = {}, {}
+    for label, fn in fns.items():
+        try:
+            for i in range(warmup):
+                fn(*inputs[i % len(inputs)])
+            live[label] = fn
+        except RuntimeError as e:
+            print(f"  {label}: {str(e).splitlines()[0]}")
+            out[label] = float("nan")
     torch.cuda.synchronize()
-    times = []
+    times = {label: [] for label in live}
     for i in range(iters):
         args = inputs[i % len(inputs)]
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(*args)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+        for label, fn in live.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(*args)
+            end.record()
+            end.synchronize()
+            times[label].append(start.elapsed_time(end))
+    out.update({label: statistics.median(t) for label, t in times.items()})
+    return out
 
 
 def make_inputs(op: str, m: int, n: int, k: int):
@@ -95,10 +108,13 @@ def sweep(op: str, suite, warmup: int, iters: int, out: Path) -> None:
             fn = peers(op)["ours"]
             d = pg.explain(m, n, k, dtype="bf16" if op == "mm" else "e4m3",
                            out_dtype="bf16", scale="none" if op == "mm" else "tensor")
-            for cfg in built_configs(op):
+            configs = built_configs(op)
+            times = time_interleaved({cfg: (lambda *a, cfg=cfg: fn(*a, config=cfg)) for cfg in configs},
+                                     inputs, warmup, iters)
+            for cfg in configs:
                 forced = pg.explain(m, n, k, dtype="bf16" if op == "mm" else "e4m3", out_dtype="bf16",
                                     scale="none" if op == "mm" else "tensor", config=cfg)
-                ms = time_ms(lambda *a: fn(*a, config=cfg), inputs, warmup, iters)
+                ms = times[cfg]
                 rows.append(dict(op=op, group=group, m=m, n=n, k=k, config=cfg, ms=ms,
                                  tflops=2.0 * m * n * k / ms / 1e9, estimate_us=forced.estimate_us,
                                  picked=int(cfg == d.config)))
@@ -172,13 +188,7 @@ def main() -> int:
         for group, shapes in suite.items():
             for m, n, k in shapes:
                 inputs = make_inputs(op, m, n, k)
-                res = {}
-                for label, fn in peers(op).items():
-                    try:
-                        res[label] = time_ms(fn, inputs, args.warmup, args.iters)
-                    except RuntimeError as e:  # e.g. cuBLAS refusing an fp8 shape
-                        print(f"{op} {m}x{n}x{k} {label}: {str(e).splitlines()[0]}")
-                        res[label] = float("nan")
+                res = time_interleaved(peers(op), inputs, args.warmup, args.iters)
                 ours, (peer_name, peer) = res["ours"], [(k_, v) for k_, v in res.items() if k_ != "ours"][0]
                 flops = 2.0 * m * n * k
                 row = dict(op=op, group=group, m=m, n=n, k=k, peer=peer_name,
@@ -192,7 +202,8 @@ def main() -> int:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    lines = [f"GPU: {gpu}; medians of {args.iters} CUDA-event timings after {args.warmup} warm-up calls", "",
+    lines = [f"GPU: {gpu}; medians of {args.iters} CUDA-event timings per call, ours and the peer interleaved, "
+             f"after {args.warmup} warm-up calls", "",
              "| op | group | M×N×K | ours TFLOP/s | peer | peer TFLOP/s | speedup |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['op']} | {r['group']} | {r['m']}×{r['n']}×{r['k']} | {r['ours_tflops']:.1f} | "

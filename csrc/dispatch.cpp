@@ -47,15 +47,17 @@ bool tma_readable(at::Tensor const& t, bool k_major) {
   return aligned16(t.data_ptr()) && (ld * int64_t(t.element_size())) % 16 == 0;
 }
 
-// A K-major copy whose rows start 16-byte aligned: (rows, K) with ld rounded up. Only the
-// first K columns are read (TMA bounds the box at K), so the padding stays uninitialised.
-at::Tensor k_major_copy(at::Tensor const& rows_by_k) {
+// A K-major copy whose rows start 16-byte aligned: (alloc_rows, K) with ld rounded up, the
+// first rows holding the operand. Only the first K columns are read (TMA bounds the box at K),
+// and rows past the operand's feed only output rows the caller cuts off: both stay
+// uninitialised.
+at::Tensor k_major_copy(at::Tensor const& rows_by_k, int64_t alloc_rows) {
   int64_t const rows = rows_by_k.size(0), k = rows_by_k.size(1);
   int64_t const per16 = 16 / int64_t(rows_by_k.element_size());
   int64_t const ld = (k + per16 - 1) / per16 * per16;
-  auto buf = at::empty({rows, ld}, rows_by_k.options());
+  auto buf = at::empty({std::max(rows, alloc_rows), ld}, rows_by_k.options());
   auto view = buf.narrow(1, 0, k);
-  view.copy_(rows_by_k);
+  view.narrow(0, 0, rows).copy_(rows_by_k);
   return view;
 }
 
@@ -90,18 +92,20 @@ at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tens
   Choice const c = choose_kernel(op, *mod.table, req);
   KernelEntry const& e = *c.entry;
 
-  if (c.copy_a) a = k_major_copy(a);
-  if (c.copy_b) b = k_major_copy(b.t()).t();
+  // pad_m: the kernel runs on whole M-tiles (see Choice::pad_m); D's extra rows are cut off.
+  int64_t const m_run = c.pad_m ? (p.m + e.geometry.tile_m - 1) / e.geometry.tile_m * e.geometry.tile_m : p.m;
+  if (c.copy_a || c.pad_m) a = k_major_copy(a, m_run);
+  if (c.copy_b) b = k_major_copy(b.t(), 0).t();
   at::ScalarType const kernel_out = e.d_dtype == DType::FP32   ? at::kFloat
                                     : e.d_dtype == DType::FP16 ? at::kHalf
                                                                : at::kBFloat16;
   int64_t const ldd = c.pad_d ? (p.n * out_elem + 15) / 16 * 16 / out_elem : p.n;
-  auto d_buf = at::empty({p.m, ldd}, a.options().dtype(kernel_out));
+  auto d_buf = at::empty({m_run, ldd}, a.options().dtype(kernel_out));
   // Test hook: NaN in every element the kernel is meant to write, so a skipped tile shows.
   if (g_poison_outputs.load(std::memory_order_relaxed)) d_buf.fill_(std::numeric_limits<float>::quiet_NaN());
 
   GemmArgs args;
-  args.m = int32_t(p.m);
+  args.m = int32_t(m_run);
   args.n = int32_t(p.n);
   args.k = int32_t(p.k);
   args.a = a.data_ptr();
@@ -120,7 +124,8 @@ at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tens
   args.max_workers = 0;
   check_launch(e.run(args, c10::cuda::getCurrentCUDAStream(a.get_device())), op, e);
 
-  at::Tensor d = c.pad_d ? d_buf.narrow(1, 0, p.n) : d_buf;
+  at::Tensor d = c.pad_m ? d_buf.narrow(0, 0, p.m) : d_buf;  // leading rows: still contiguous
+  if (c.pad_d) d = d.narrow(1, 0, p.n);
   if (kernel_out != out_dtype) return d.to(out_dtype);
   return c.pad_d ? d.contiguous() : d;
 }

@@ -32,26 +32,29 @@ int64_t bytes_of(DType t) { return t == DType::FP32 ? 4 : t == DType::E4M3 ? 1 :
 // A config's time for a problem is the largest of three bounds, each printable:
 //   mma   waves x per-tile time on one SM: the tile's MMA work at the style's efficiency, or the
 //         tile's operand bytes at one SM's load rate if that is longer, plus the cooperative
-//         epilogue (ping-pong hides it behind the other consumer's mainloop);
+//         epilogue (ping-pong hides it behind the other consumer's mainloop). Tiles that hang
+//         past M or N add TMA's zero-fill of their out-of-bounds rows, which is slow;
 //   dram  compulsory bytes (A, B, D once) at device bandwidth;
 //   l2    operand bytes all tiles pull from L2 (multicast divides a cluster's shared panel).
 // Constants: H200 (132 SMs), fitted to benchmarks/results/h200_sweep.csv (every built config
-// forced on every benchmark shape).
+// forced on every benchmark shape; per-call times there include ~13 us of launch and host).
 namespace model {
 constexpr double kClockGHz = 1.755;            // sustained SM clock under GEMM load
 constexpr double kFlopsPerClk16 = 4096;        // dense bf16/fp16 wgmma per SM per clock (fp8: 2x)
-constexpr double kStageOverheadClk = 160;      // per k-tile: barrier waits, issue, release
-constexpr double kMmaEffMax = 0.92;            // power/clock derating of the ideal MMA rate
-constexpr double kSmLoadBytesPerUs = 180e3;    // one SM's sustained TMA inflow
-constexpr double kDramBytesPerUs = 3.9e6;      // device memory, read + write
-constexpr double kL2BytesPerUs = 9.0e6;        // L2 -> SMs, all SMs together
-constexpr double kCoopEpilogueUsPer32K = 1.2;  // cooperative epilogue per 32K-element tile
+constexpr double kStageOverheadClk = 135;      // per k-tile: barrier waits, issue, release
+constexpr double kMmaEffMax = 0.89;            // power/clock derating of the ideal MMA rate
+constexpr double kSmLoadBytesPerUs = 80e3;     // one SM's sustained TMA inflow
+constexpr double kOobFillBytesPerUs = 90e3;    // TMA zero-fill of out-of-bounds box rows, per SM
+constexpr double kDramBytesPerUs = 3.3e6;      // device memory, read + write, as GEMMs stream it
+constexpr double kL2BytesPerUs = 7.7e6;        // L2 -> SMs, all SMs together
+constexpr double kCoopEpilogueUsPer32K = 3.0;  // cooperative epilogue per 32K-element tile
 constexpr double kLaunchUs = 4.0;              // grid start-up and the first tile's prologue
+constexpr double kCopyLaunchUs = 3.0;          // one extra copy kernel (pad_m)
 }  // namespace model
 
 }  // namespace
 
-Estimate estimate(Request const& r, KernelGeometry const& g) {
+Estimate estimate(Request const& r, KernelGeometry const& g, bool pad_m) {
   using namespace model;
   Estimate e;
   int64_t const ea = bytes_of(r.a), eb = bytes_of(r.b), ed = bytes_of(r.d);
@@ -66,17 +69,23 @@ Estimate estimate(Request const& r, KernelGeometry const& g) {
   double const stage_clk = 2.0 * g.tile_m * g.tile_n * g.tile_k / flops_per_clk;
   double const eff = kMmaEffMax * stage_clk / (stage_clk + kStageOverheadClk);
   double const tile_mma_us = 2.0 * g.tile_m * g.tile_n * kp / flops_per_clk / eff / (kClockGHz * 1e3);
-  // Rows past M (cols past N) are zero-filled by TMA without a memory read.
-  double const rows_a = std::min<int64_t>(g.tile_m, r.m), rows_b = std::min<int64_t>(g.tile_n, r.n);
+  // Rows past M (columns past N) are not loaded but zero-filled: see oob_us below.
+  double const rows_a = pad_m ? g.tile_m : std::min<int64_t>(g.tile_m, r.m), rows_b = std::min<int64_t>(g.tile_n, r.n);
   double const tile_load_us = (rows_a * ea + rows_b * eb) * kp / kSmLoadBytesPerUs;
   double tile_us = std::max(tile_mma_us, tile_load_us);
   if (g.style == KernelStyle::Cooperative) tile_us += kCoopEpilogueUsPer32K * g.tile_m * g.tile_n / 32768.0;
-  e.mma_us = e.waves * tile_us;
+  // Out-of-bounds rows of the last M-tile (A) and columns of the last N-tile (B): a worker meets
+  // about waves / (tiles along that dimension) such tiles, and every one if there is only one.
+  int64_t const oob_m = pad_m ? 0 : mt * g.tile_m - r.m, oob_n = nt * g.tile_n - r.n;
+  double const oob_us = double(oob_m * ea) * kp / kOobFillBytesPerUs * double(cdiv(e.waves, mt)) +
+                        double(oob_n * eb) * kp / kOobFillBytesPerUs * double(cdiv(e.waves, nt));
+  e.mma_us = e.waves * tile_us + oob_us;
 
   e.dram_us = double(r.m * r.k * ea + r.n * r.k * eb + r.m * r.n * ed) / kDramBytesPerUs;
   double const l2_bytes = double(mt * nt) * kp * (rows_a * ea / g.cluster_n + rows_b * eb / g.cluster_m);
   e.l2_us = l2_bytes / kL2BytesPerUs;
   e.us = std::max({e.mma_us, e.dram_us, e.l2_us}) + kLaunchUs;
+  if (pad_m) e.us += kCopyLaunchUs + 2.0 * double(r.m * r.k * ea) / kDramBytesPerUs;
   return e;
 }
 
@@ -129,7 +138,14 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
       continue;
     }
     if (explain) fitting.insert(e.config);
-    Estimate const est = estimate(r, e.geometry);
+    Estimate est = estimate(r, e.geometry);
+    // Padding M copies A K-major, so it needs a K-major variant; rowwise scale_a has only M rows.
+    if (r.m % e.geometry.tile_m != 0 && e.a_k_major && r.scale != ScaleMode::Rowwise &&
+        r.m + e.geometry.tile_m < (int64_t(1) << 31)) {
+      Estimate const padded = estimate(r, e.geometry, /*pad_m=*/true);
+      c.pad_m = padded.us < est.us;
+      if (c.pad_m) est = padded;
+    }
     // Fewest extra passes first; among equals, the fastest estimate.
     if (cost < best_cost || (cost == best_cost && est.us < best_est.us)) {
       best = c;
@@ -148,7 +164,9 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
                   best_est.l2_us, 100.0 * best_est.tile_eff);
     best.log.push_back(std::string(e.config) + ": " + est_text + ", extra passes " + std::to_string(best_cost) +
                        (best.copy_a ? ", copies A K-major" : "") + (best.copy_b ? ", copies B K-major" : "") +
-                       (best.pad_d ? ", pads D for TMA" : "") + (e.d_dtype != r.d ? ", casts fp32 D" : "") +
+                       (best.pad_d ? ", pads D for TMA" : "") +
+                       (best.pad_m ? ", pads M to " + std::to_string(cdiv(r.m, e.geometry.tile_m) * e.geometry.tile_m) : "") +
+                       (e.d_dtype != r.d ? ", casts fp32 D" : "") +
                        (e.tma_store ? "" : ", predicated stores"));
   }
   for (auto const& [name, reason] : rejected)

@@ -26,6 +26,11 @@ struct Choice {
   KernelEntry const* entry = nullptr;
   bool copy_a = false, copy_b = false;  // run on a K-major aligned copy of the operand
   bool pad_d = false;                   // TMA store into a padded D, then narrow
+  // Run on M rounded up to the tile: A copied into a buffer of whole tiles (rows past M left
+  // uninitialised; they only feed D rows that are cut off), D narrowed back to M rows. TMA
+  // zero-fills out-of-bounds rows of a box far slower than it loads real ones, so a partial last
+  // M-tile (decode M = 1 against a 64-row tile, M = 1000 against 128) can cost more than the copy.
+  bool pad_m = false;
   std::vector<std::string> log;         // the decision, one line per rule applied
 };
 
@@ -42,6 +47,6 @@ struct Estimate {
   int64_t waves = 0;
   double tile_eff = 0; // useful fraction of the launched tile area
 };
-Estimate estimate(Request const& req, KernelGeometry const& geometry);
+Estimate estimate(Request const& req, KernelGeometry const& geometry, bool pad_m = false);
 
 }  // namespace persistent_gemm

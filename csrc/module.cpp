@@ -97,7 +97,8 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   d["copy_b"] = c.copy_b;
   d["pad_d"] = c.pad_d;
   d["log"] = c.log;
-  d["estimate_us"] = estimate(r, c.entry->geometry).us;
+  d["pad_m"] = c.pad_m;
+  d["estimate_us"] = estimate(r, c.entry->geometry, c.pad_m).us;
   return d;
 }
 

@@ -17,6 +17,7 @@ class Decision:
     copy_a: bool
     copy_b: bool
     pad_d: bool
+    pad_m: bool = False  # A copied into whole M-tiles, D narrowed back (TMA zero-fill is slow)
     estimate_us: float = 0.0  # the cost model's estimate for the chosen kernel (H200 constants)
     log: list = field(default_factory=list)
 
@@ -44,5 +45,5 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     out = out_dtype or ("bf16" if dtype == "e4m3" else dtype)
     d = require_extension().explain(arch, M, N, K, dtype, out, a_k_major=layout[0] == "r",
                                     b_k_major=layout[1] == "c", scale=scale, sm_count=sm_count, config=config)
-    return Decision(d["config"], d["tma_store"], d["copy_a"], d["copy_b"], d["pad_d"], d["estimate_us"],
+    return Decision(d["config"], d["tma_store"], d["copy_a"], d["copy_b"], d["pad_d"], d["pad_m"], d["estimate_us"],
                     list(d["log"]))
