@@ -73,3 +73,15 @@ def test_bad_arguments():
         pg.explain(1, 1, 1, dtype="int8")
     with pytest.raises(ValueError, match="no kernel module for arch 'sm80'"):
         pg.explain(1, 1, 1, arch="sm80")
+
+
+def test_partial_m_tile_is_padded_when_zero_fill_costs_more():
+    # Decode: 1 row of a 64-row tile; TMA would zero-fill 63 rows of every A box.
+    d = pg.explain(1, 8192, 8192)
+    assert d.pad_m and "pads M to 64" in d.log[0]
+    assert not pg.explain(8192, 8192, 8192).pad_m            # whole tiles: nothing to pad
+    assert not pg.explain(8191, 8192, 8192).pad_m            # one missing row: the copy costs more
+    # Rowwise scale_a has exactly M entries, which a padded run would read past.
+    assert not pg.explain(1, 8192, 8192, dtype="e4m3", scale="row").pad_m
+    # A column-major A has no K-major variant to pad into on the narrow tiles.
+    assert not pg.explain(1, 8192, 8192, layout="cc").pad_m
