@@ -32,22 +32,24 @@ int64_t bytes_of(DType t) { return t == DType::FP32 ? 4 : t == DType::E4M3 ? 1 :
 // A config's time for a problem is the largest of three bounds, each printable:
 //   mma   waves x per-tile time on one SM: the tile's MMA work at the style's efficiency, or the
 //         tile's operand bytes at one SM's load rate if that is longer, plus the cooperative
-//         epilogue (ping-pong hides it behind the other consumer's mainloop). Tiles that hang
-//         past M or N add TMA's zero-fill of their out-of-bounds rows, which is slow;
-//   dram  compulsory bytes (A, B, D once) at device bandwidth;
-//   l2    operand bytes all tiles pull from L2 (multicast divides a cluster's shared panel).
+//         epilogue (ping-pong hides it behind the other consumer's mainloop);
+//   dram  compulsory bytes (A, B, D once) at device bandwidth, slowed by a share of the L2 traffic;
+//   l2    operand bytes all tiles pull from L2 (multicast divides a cluster's shared panel);
+// plus, on top, TMA's zero-fill of the rows of tiles that hang past M or N (oob), which is slow
+// and serial with the loads: measured, a 1-row decode M against 128-row tiles ran 2x slower.
 // Constants: H200 (132 SMs), fitted to benchmarks/results/h200_sweep.csv (every built config
 // forced on every benchmark shape; per-call times there include ~13 us of launch and host).
 namespace model {
 constexpr double kClockGHz = 1.755;            // sustained SM clock under GEMM load
 constexpr double kFlopsPerClk16 = 4096;        // dense bf16/fp16 wgmma per SM per clock (fp8: 2x)
-constexpr double kStageOverheadClk = 135;      // per k-tile: barrier waits, issue, release
+constexpr double kStageOverheadClk = 100;      // per k-tile: barrier waits, issue, release
 constexpr double kMmaEffMax = 0.89;            // power/clock derating of the ideal MMA rate
 constexpr double kSmLoadBytesPerUs = 80e3;     // one SM's sustained TMA inflow
-constexpr double kOobFillBytesPerUs = 90e3;    // TMA zero-fill of out-of-bounds box rows, per SM
-constexpr double kDramBytesPerUs = 3.3e6;      // device memory, read + write, as GEMMs stream it
-constexpr double kL2BytesPerUs = 7.7e6;        // L2 -> SMs, all SMs together
-constexpr double kCoopEpilogueUsPer32K = 3.0;  // cooperative epilogue per 32K-element tile
+constexpr double kOobFillBytesPerUs = 80e3;    // TMA zero-fill of out-of-bounds box rows, per SM
+constexpr double kDramBytesPerUs = 3.26e6;     // device memory, read + write, as GEMMs stream it
+constexpr double kL2BytesPerUs = 7.6e6;        // L2 -> SMs, all SMs together
+constexpr double kCoopEpilogueUsPer32K = 3.3;  // cooperative epilogue per 32K-element tile
+constexpr double kL2ShareOfDram = 0.25;        // L2 -> SM traffic slows a concurrent DRAM stream
 constexpr double kLaunchUs = 4.0;              // grid start-up and the first tile's prologue
 constexpr double kCopyLaunchUs = 6.0;          // one extra copy (pad_m), mostly its host time
 }  // namespace model
@@ -79,12 +81,14 @@ Estimate estimate(Request const& r, KernelGeometry const& g, bool pad_m) {
   int64_t const oob_m = pad_m ? 0 : mt * g.tile_m - r.m, oob_n = nt * g.tile_n - r.n;
   double const oob_us = double(oob_m * ea) * kp / kOobFillBytesPerUs * double(cdiv(e.waves, mt)) +
                         double(oob_n * eb) * kp / kOobFillBytesPerUs * double(cdiv(e.waves, nt));
-  e.mma_us = e.waves * tile_us + oob_us;
+  e.mma_us = e.waves * tile_us;
+  e.oob_us = oob_us;
 
   e.dram_us = double(r.m * r.k * ea + r.n * r.k * eb + r.m * r.n * ed) / kDramBytesPerUs;
   double const l2_bytes = double(mt * nt) * kp * (rows_a * ea / g.cluster_n + rows_b * eb / g.cluster_m);
   e.l2_us = l2_bytes / kL2BytesPerUs;
-  e.us = std::max({e.mma_us, e.dram_us, e.l2_us}) + kLaunchUs;
+  // The zero-fill occupies the TMA unit that also feeds the loads: it adds to any bound.
+  e.us = std::max({e.mma_us, e.dram_us + kL2ShareOfDram * e.l2_us, e.l2_us}) + e.oob_us + kLaunchUs;
   if (pad_m) e.us += kCopyLaunchUs + 2.0 * double(r.m * r.k * ea) / kDramBytesPerUs;
   return e;
 }
@@ -157,11 +161,11 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
   if (explain && best.entry) {
     KernelEntry const& e = *best.entry;
     // snprintf, not iostreams, for the numbers: see text.h.
-    char est_text[160];
+    char est_text[200];
     std::snprintf(est_text, sizeof(est_text),
-                  "estimate %.1f us (mma %.1f over %lld wave(s), dram %.1f, l2 %.1f; tiles %.0f%% useful)",
+                  "estimate %.1f us (mma %.1f over %lld wave(s), dram %.1f, l2 %.1f, oob fill %.1f; tiles %.0f%% useful)",
                   best_est.us, best_est.mma_us, static_cast<long long>(best_est.waves), best_est.dram_us,
-                  best_est.l2_us, 100.0 * best_est.tile_eff);
+                  best_est.l2_us, best_est.oob_us, 100.0 * best_est.tile_eff);
     best.log.push_back(std::string(e.config) + ": " + est_text + ", extra passes " + std::to_string(best_cost) +
                        (best.copy_a ? ", copies A K-major" : "") + (best.copy_b ? ", copies B K-major" : "") +
                        (best.pad_d ? ", pads D for TMA" : "") +

@@ -44,6 +44,7 @@ struct Estimate {
   double mma_us = 0;   // waves x per-tile time (MMA or the SM's load rate, + coop epilogue)
   double dram_us = 0;  // compulsory bytes at device bandwidth
   double l2_us = 0;    // operand bytes pulled from L2 by all tiles
+  double oob_us = 0;   // TMA zero-fill of out-of-bounds tile rows, added to the bound
   int64_t waves = 0;
   double tile_eff = 0; // useful fraction of the launched tile area
 };
