@@ -219,7 +219,7 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     _cfg((128, 256, 64), 8, (2, 1), dtype="fp16"),
     _cfg((128, 256, 128), 8, (2, 1), dtype="e4m3"),
     # Narrower ping-pong tiles, clustered along N: no tail CTAs and twice the tiles where M is
-    # small (decode, ragged M); the heuristic picks them by utilization.
+    # small (decode, ragged M); the dispatcher's cost model picks among them.
     _cfg((128, 128, 64), 8, (1, 2), kernel="pingpong"),
     _cfg((128, 128, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
     # Decode (M <= 128 against a wide weight): 64-column tiles put every SM on the weight
