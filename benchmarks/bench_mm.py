@@ -7,6 +7,10 @@ row, geometric mean) and a PNG.
 
     python benchmarks/bench_mm.py --out benchmarks/results/h200 [--suite quick|full] [--ops mm,scaled_mm]
 
+``--cutlass-peer`` adds a third column for bf16: stock CUTLASS (GemmUniversal with CUTLASS's own
+PersistentScheduler, swizzle 8) over the collectives of our primary bf16 config, JIT-built from
+``benchmarks/peers/cutlass_sm90_stock.cu``; it isolates what our kernel and scheduler are worth.
+
 ``--sweep`` also times every built config, forced with ``config=``, on every shape of the suite,
 beside the dispatcher's pick and its cost-model estimate (``<out>_sweep.csv``): the data the
 heuristic's constants are fitted to. ``--overhead`` times back-to-back calls on a tiny problem,
@@ -94,6 +98,35 @@ def peers(op: str):
     }
 
 
+def cutlass_peer():
+    """Build (once, cached by torch) and load the stock-CUTLASS peer for bf16 mm."""
+    import os
+    import sys
+
+    # As setup.py does: torch would take the folder above a wrapper `nvcc` for the toolkit.
+    if not os.environ.get("CUDA_HOME") and Path("/usr/local/cuda/bin/nvcc").is_file():
+        os.environ["CUDA_HOME"] = "/usr/local/cuda"
+    from torch.utils.cpp_extension import load
+
+    root = os.environ.get("PGEMM_CUTLASS_PATH") or os.environ.get("CUTLASS_PATH")
+    if not root:  # the nvidia-cutlass wheel, as setup.py finds it
+        root = next(str(Path(p) / "cutlass_library" / "source") for p in sys.path
+                    if (Path(p or ".") / "cutlass_library" / "source" / "include" / "cutlass").is_dir())
+    os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"  # wgmma/TMA need the arch-specific target
+    cuda = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    return load(
+        name="pgemm_cutlass_peer",
+        sources=[str(Path(__file__).resolve().parent / "peers" / f"cutlass_sm90_stock.{ext}") for ext in ("cpp", "cu")],
+        extra_include_paths=[f"{root}/include", f"{root}/tools/util/include", str(cuda / "include"),
+                             str(cuda / "include" / "cccl")],
+        extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-DNDEBUG",
+                           "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+                           "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"],
+        extra_cflags=["-O3", "-std=c++20"],
+        verbose=False,
+    )
+
+
 def built_configs(op: str) -> list[str]:
     family = "_bf16_" if op == "mm" else "_e4m3_"
     return sorted({k["config"] for k in pg._C.built_kernels() if family in k["config"]})
@@ -170,11 +203,13 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--sweep", action="store_true", help="also time every built config on every shape")
     ap.add_argument("--overhead", action="store_true", help="also measure host time per call")
+    ap.add_argument("--cutlass-peer", action="store_true", help="also time stock CUTLASS (bf16 mm)")
     args = ap.parse_args()
     suite = SUITE if args.suite == "full" else QUICK
     gpu = torch.cuda.get_device_name()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    peer_cutlass = cutlass_peer() if args.cutlass_peer else None
     if args.overhead:
         host_overhead(out)
     if args.sweep:
@@ -188,15 +223,22 @@ def main() -> int:
         for group, shapes in suite.items():
             for m, n, k in shapes:
                 inputs = make_inputs(op, m, n, k)
-                res = time_interleaved(peers(op), inputs, args.warmup, args.iters)
+                fns = peers(op)
+                if peer_cutlass is not None and op == "mm":
+                    fns["cutlass"] = lambda a, b: peer_cutlass.mm(a, b, 8)
+                res = time_interleaved(fns, inputs, args.warmup, args.iters)
+                cutlass_ms = res.pop("cutlass", float("nan"))
                 ours, (peer_name, peer) = res["ours"], [(k_, v) for k_, v in res.items() if k_ != "ours"][0]
                 flops = 2.0 * m * n * k
                 row = dict(op=op, group=group, m=m, n=n, k=k, peer=peer_name,
                            ours_ms=ours, peer_ms=peer, ours_tflops=flops / ours / 1e9,
-                           peer_tflops=flops / peer / 1e9, speedup=peer / ours, gpu=gpu)
+                           peer_tflops=flops / peer / 1e9, speedup=peer / ours, gpu=gpu,
+                           cutlass_ms=cutlass_ms, cutlass_tflops=flops / cutlass_ms / 1e9)
                 rows.append(row)
                 print(f"{op:<9} {group:<9} {m:>5}x{n:>5}x{k:>5}  ours {row['ours_tflops']:7.1f} TFLOP/s  "
-                      f"{peer_name} {row['peer_tflops']:7.1f}  x{row['speedup']:.2f}", flush=True)
+                      f"{peer_name} {row['peer_tflops']:7.1f}  x{row['speedup']:.2f}"
+                      + (f"  stock CUTLASS {row['cutlass_tflops']:7.1f}" if math.isfinite(cutlass_ms) else ""),
+                      flush=True)
                 del inputs
     with open(out.with_suffix(".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -208,6 +250,14 @@ def main() -> int:
     for r in rows:
         lines.append(f"| {r['op']} | {r['group']} | {r['m']}×{r['n']}×{r['k']} | {r['ours_tflops']:.1f} | "
                      f"{r['peer']} | {r['peer_tflops']:.1f} | {r['speedup']:.2f}× |")
+    with_cutlass = [r for r in rows if math.isfinite(r["cutlass_ms"])]
+    if with_cutlass:
+        lines += ["", "Stock CUTLASS (GemmUniversal + CUTLASS's PersistentScheduler, swizzle 8, same collectives "
+                  "as our sm90a_bf16_128x256x64_c2x1_sw8_row_coop), interleaved in the same run:", "",
+                  "| M×N×K | ours TFLOP/s | stock CUTLASS TFLOP/s | ours / CUTLASS |", "|---|---|---|---|"]
+        for r in with_cutlass:
+            lines.append(f"| {r['m']}×{r['n']}×{r['k']} | {r['ours_tflops']:.1f} | {r['cutlass_tflops']:.1f} | "
+                         f"{r['cutlass_ms'] / r['ours_ms']:.2f}× |")
     for op in dict.fromkeys(r["op"] for r in rows):
         sp = [r["speedup"] for r in rows if r["op"] == op and math.isfinite(r["speedup"])]
         if sp:

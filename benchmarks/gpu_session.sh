@@ -8,6 +8,7 @@ set -uo pipefail
 OUT=${OUT:-benchmarks/results/run}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+export PGEMM_CUTLASS_PATH=${PGEMM_CUTLASS_PATH:-$PWD/.whl/cutlass_library/source}
 
 case "${1:-}" in
   build)
@@ -15,7 +16,7 @@ case "${1:-}" in
       python3 -m zipfile -e .whl/nvidia_cutlass-*.whl .whl/ || exit 1
     fi
     start=$(date +%s)
-    PGEMM_CUTLASS_PATH=$PWD/.whl/cutlass_library/source TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=${MAX_JOBS:-16} \
+    TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=${MAX_JOBS:-16} \
       python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1
     rc=$?
     echo "build rc=$rc in $(( $(date +%s) - start )) s"

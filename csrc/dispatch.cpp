@@ -100,7 +100,7 @@ at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tens
   if (!tma_readable(b.t(), req.b_k_major)) req.b_k_major = true, req.b_needs_copy = true;
   int64_t const out_elem = c10::elementSize(out_dtype);
   req.d_aligned = (p.n * out_elem) % 16 == 0;
-  Choice const c = choose_kernel(op, *mod.table, req);
+  Choice const c = choose_kernel_cached(op, *mod.table, req);
   KernelEntry const& e = *c.entry;
 
   // pad_m: the kernel runs on whole M-tiles (see Choice::pad_m); D's extra rows are cut off.

@@ -37,6 +37,8 @@ struct Choice {
 // Throws (TORCH_CHECK) with the list of what is available when nothing fits. `explain` fills
 // Choice::log (the chosen kernel's line, then the configs turned down and why).
 Choice choose_kernel(char const* op, KernelTable const& table, Request const& req, bool explain = false);
+// The same decision without a log, remembered per thread for the last few problems (the op path).
+Choice choose_kernel_cached(char const* op, KernelTable const& table, Request const& req);
 
 // The cost model's estimate of one config for one problem (heuristics.cpp says how).
 struct Estimate {
