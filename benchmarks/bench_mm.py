@@ -1,8 +1,9 @@
 """Our mm / scaled_mm against cuBLAS (torch.mm, torch._scaled_mm), side by side in one process.
 
 Timing: CUDA events around each call, median over `--iters` after `--warmup` calls, ours and
-the peer interleaved call by call (same clocks and temperature for both); inputs rotate over enough copies that together they exceed twice the L2, so no call finds its
-operands cached by the previous one. Writes a CSV, a markdown table (ratio to the peer per
+the peer interleaved call by call (same clocks and temperature for both); inputs rotate over
+enough copies that together they exceed twice the L2, so no call finds its operands cached by
+the previous one. Writes a CSV, a markdown table (ratio to the peer per
 row, geometric mean) and a PNG.
 
     python benchmarks/bench_mm.py --out benchmarks/results/h200 [--suite quick|full] [--ops mm,scaled_mm]
@@ -99,26 +100,25 @@ def peers(op: str):
 
 
 def cutlass_peer():
-    """Build (once, cached by torch) and load the stock-CUTLASS peer for bf16 mm."""
+    """Build (once, cached by torch) and load the stock-CUTLASS peer for bf16 mm. The toolkit and
+    the CUTLASS headers are found exactly as the package build finds them (setup.py)."""
+    import importlib.util
     import os
-    import sys
 
-    # As setup.py does: torch would take the folder above a wrapper `nvcc` for the toolkit.
-    if not os.environ.get("CUDA_HOME") and Path("/usr/local/cuda/bin/nvcc").is_file():
-        os.environ["CUDA_HOME"] = "/usr/local/cuda"
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("pgemm_setup", root / "setup.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)  # defines the helpers; setup() runs only under __main__
+    build.locate_cuda()
+    cuda, cutlass = build.cuda_home(), build.cutlass_include()
     from torch.utils.cpp_extension import load
 
-    root = os.environ.get("PGEMM_CUTLASS_PATH") or os.environ.get("CUTLASS_PATH")
-    if not root:  # the nvidia-cutlass wheel, as setup.py finds it
-        root = next(str(Path(p) / "cutlass_library" / "source") for p in sys.path
-                    if (Path(p or ".") / "cutlass_library" / "source" / "include" / "cutlass").is_dir())
     os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"  # wgmma/TMA need the arch-specific target
-    cuda = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     return load(
         name="pgemm_cutlass_peer",
-        sources=[str(Path(__file__).resolve().parent / "peers" / f"cutlass_sm90_stock.{ext}") for ext in ("cpp", "cu")],
-        extra_include_paths=[f"{root}/include", f"{root}/tools/util/include", str(cuda / "include"),
-                             str(cuda / "include" / "cccl")],
+        sources=[str(root / "benchmarks" / "peers" / f"cutlass_sm90_stock.{ext}") for ext in ("cpp", "cu")],
+        extra_include_paths=[str(cutlass / "include"), str(cutlass / "tools" / "util" / "include"),
+                             str(cuda / "include"), str(cuda / "include" / "cccl")],
         extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-DNDEBUG",
                            "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
                            "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"],
@@ -135,22 +135,20 @@ def built_configs(op: str) -> list[str]:
 def sweep(op: str, suite, warmup: int, iters: int, out: Path) -> None:
     """Every built config of the op's dtype forced on every shape: measured vs the model."""
     rows = []
+    ours, configs = peers(op)["ours"], built_configs(op)
     for group, shapes in suite.items():
         for m, n, k in shapes:
             inputs = make_inputs(op, m, n, k)
-            fn = peers(op)["ours"]
-            d = pg.explain(m, n, k, dtype="bf16" if op == "mm" else "e4m3",
-                           out_dtype="bf16", scale="none" if op == "mm" else "tensor")
-            configs = built_configs(op)
-            times = time_interleaved({cfg: (lambda *a, cfg=cfg: fn(*a, config=cfg)) for cfg in configs},
+            kinds = dict(dtype="bf16", scale="none") if op == "mm" else dict(dtype="e4m3", scale="tensor")
+            picked = pg.explain(m, n, k, out_dtype="bf16", **kinds).config
+            times = time_interleaved({cfg: (lambda *a, cfg=cfg: ours(*a, config=cfg)) for cfg in configs},
                                      inputs, warmup, iters)
             for cfg in configs:
-                forced = pg.explain(m, n, k, dtype="bf16" if op == "mm" else "e4m3", out_dtype="bf16",
-                                    scale="none" if op == "mm" else "tensor", config=cfg)
+                forced = pg.explain(m, n, k, out_dtype="bf16", config=cfg, **kinds)
                 ms = times[cfg]
                 rows.append(dict(op=op, group=group, m=m, n=n, k=k, config=cfg, ms=ms,
                                  tflops=2.0 * m * n * k / ms / 1e9, estimate_us=forced.estimate_us,
-                                 picked=int(cfg == d.config)))
+                                 picked=int(cfg == picked)))
                 print(f"sweep {op:<9} {m:>5}x{n:>5}x{k:>5} {cfg:<45} {rows[-1]['tflops']:7.1f} TFLOP/s "
                       f"({ms * 1e3:8.1f} us, model {forced.estimate_us:8.1f}){' <- picked' if rows[-1]['picked'] else ''}",
                       flush=True)
