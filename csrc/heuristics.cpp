@@ -189,15 +189,6 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
   return best;
 }
 
-namespace {
-bool same_problem(Request const& x, Request const& y) {
-  return x.m == y.m && x.n == y.n && x.k == y.k && x.a == y.a && x.b == y.b && x.d == y.d &&
-         x.a_k_major == y.a_k_major && x.b_k_major == y.b_k_major && x.scale == y.scale &&
-         x.d_aligned == y.d_aligned && x.a_needs_copy == y.a_needs_copy && x.b_needs_copy == y.b_needs_copy &&
-         x.sm_count == y.sm_count;
-}
-}  // namespace
-
 Choice choose_kernel_cached(char const* op, KernelTable const& table, Request const& r) {
   // Model inference and serving loops repeat a handful of shapes: each thread remembers its last
   // few decisions, which spares the cost model's pass over every entry on the call path.
@@ -209,9 +200,8 @@ Choice choose_kernel_cached(char const* op, KernelTable const& table, Request co
   constexpr int kSlots = 8;
   thread_local Slot slots[kSlots];
   thread_local int next = 0;
-  if (r.config) return choose_kernel(op, table, r);  // forced: a plain lookup anyway
   for (Slot const& s : slots)
-    if (s.table == &table && same_problem(s.req, r)) return s.choice;
+    if (s.table == &table && s.req == r) return s.choice;
   Choice c = choose_kernel(op, table, r);  // throws when nothing fits: nothing is cached then
   Slot& s = slots[next];
   next = (next + 1) % kSlots;

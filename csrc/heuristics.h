@@ -20,6 +20,8 @@ struct Request {
   bool a_needs_copy = false, b_needs_copy = false;  // operand not TMA-readable as given
   int sm_count = 132;
   std::optional<std::string> config;  // forced by the caller
+
+  bool operator==(Request const&) const = default;  // every field: the decision cache's key
 };
 
 struct Choice {
