@@ -1,12 +1,20 @@
 """Our mm / scaled_mm against cuBLAS (torch.mm, torch._scaled_mm), side by side in one process.
 
+Like with like: each benchmark "op" pairs ours with the peer in the same accumulation mode,
+output dtype (bf16) and inputs --
+
+    mm              pg.mm                                 vs torch.mm
+    scaled_mm       pg.scaled_mm(use_fast_accum=False)    vs torch._scaled_mm(use_fast_accum=False)
+                    (both promote FP8 partial sums to fp32: torch's default)
+    scaled_mm_fast  pg.scaled_mm(use_fast_accum=True)     vs torch._scaled_mm(use_fast_accum=True)
+
 Timing: CUDA events around each call, median over `--iters` after `--warmup` calls, ours and
 the peer interleaved call by call (same clocks and temperature for both); inputs rotate over
 enough copies that together they exceed twice the L2, so no call finds its operands cached by
 the previous one. Writes a CSV, a markdown table (ratio to the peer per
 row, geometric mean) and a PNG.
 
-    python benchmarks/bench_mm.py --out benchmarks/results/h200 [--suite quick|full] [--ops mm,scaled_mm]
+    python benchmarks/bench_mm.py --out benchmarks/results/h200 [--suite quick|full] [--ops mm,scaled_mm,scaled_mm_fast]
 
 ``--cutlass-peer`` adds a third column for bf16: stock CUTLASS (GemmUniversal with CUTLASS's own
 PersistentScheduler, swizzle 8) over the collectives of our primary bf16 config, JIT-built from
@@ -75,8 +83,17 @@ def time_interleaved(fns: dict, inputs, warmup: int, iters: int) -> dict:
     return out
 
 
+#: benchmark op -> (input kind, use_fast_accum for both contenders, peer label). One table:
+#: the timing loop, the sweep, the CSV and the markdown all read it.
+OPS = {
+    "mm": ("bf16", None, "torch.mm"),
+    "scaled_mm": ("e4m3", False, "torch._scaled_mm(use_fast_accum=False)"),
+    "scaled_mm_fast": ("e4m3", True, "torch._scaled_mm(use_fast_accum=True)"),
+}
+
+
 def make_inputs(op: str, m: int, n: int, k: int):
-    if op == "mm":
+    if OPS[op][0] == "bf16":
         per = (m * k + k * n) * 2
         mk = lambda: (torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
                       torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t())
@@ -91,12 +108,21 @@ def make_inputs(op: str, m: int, n: int, k: int):
 
 
 def peers(op: str):
-    if op == "mm":
-        return {"ours": lambda a, b, **kw: pg.mm(a, b, **kw), "torch.mm": lambda a, b: torch.mm(a, b)}
+    kind, fast, peer = OPS[op]
+    if kind == "bf16":
+        return {"ours": lambda a, b, **kw: pg.mm(a, b, **kw), peer: lambda a, b: torch.mm(a, b)}
     return {
-        "ours": lambda a, b, sa, sb, **kw: pg.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, **kw),
-        "torch._scaled_mm": lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+        "ours": lambda a, b, sa, sb, **kw: pg.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
+                                                        use_fast_accum=fast, **kw),
+        peer: lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast),
     }
+
+
+def explain_kinds(op: str) -> dict:
+    kind, fast, _ = OPS[op]
+    if kind == "bf16":
+        return dict(dtype="bf16", scale="none")
+    return dict(dtype="e4m3", scale="tensor", use_fast_accum=fast)
 
 
 def cutlass_peer():
@@ -128,8 +154,10 @@ def cutlass_peer():
 
 
 def built_configs(op: str) -> list[str]:
-    family = "_bf16_" if op == "mm" else "_e4m3_"
-    return sorted({k["config"] for k in pg._C.built_kernels() if family in k["config"]})
+    """Built configs the op may run: promoted-only ops never time a fast-accumulation kernel."""
+    kind, fast, _ = OPS[op]
+    return sorted({k["config"] for k in pg._C.built_kernels()
+                   if f"_{kind}_" in k["config"] and (fast or not k.get("fast_accum", False))})
 
 
 def sweep(op: str, suite, warmup: int, iters: int, out: Path) -> None:
@@ -139,7 +167,7 @@ def sweep(op: str, suite, warmup: int, iters: int, out: Path) -> None:
     for group, shapes in suite.items():
         for m, n, k in shapes:
             inputs = make_inputs(op, m, n, k)
-            kinds = dict(dtype="bf16", scale="none") if op == "mm" else dict(dtype="e4m3", scale="tensor")
+            kinds = explain_kinds(op)
             picked = pg.explain(m, n, k, out_dtype="bf16", **kinds).config
             times = time_interleaved({cfg: (lambda *a, cfg=cfg: ours(*a, config=cfg)) for cfg in configs},
                                      inputs, warmup, iters)
@@ -196,13 +224,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="benchmarks/results/bench", help="output path stem (.csv/.md/.png added)")
     ap.add_argument("--suite", choices=["quick", "full"], default="full")
-    ap.add_argument("--ops", default="mm,scaled_mm")
+    ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, from {list(OPS)}")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--sweep", action="store_true", help="also time every built config on every shape")
     ap.add_argument("--overhead", action="store_true", help="also measure host time per call")
     ap.add_argument("--cutlass-peer", action="store_true", help="also time stock CUTLASS (bf16 mm)")
     args = ap.parse_args()
+    unknown = [o for o in args.ops.split(",") if o not in OPS]
+    if unknown:
+        ap.error(f"--ops: unknown {unknown}; choose from {list(OPS)}")
     suite = SUITE if args.suite == "full" else QUICK
     gpu = torch.cuda.get_device_name()
     out = Path(args.out)
@@ -222,13 +253,15 @@ def main() -> int:
             for m, n, k in shapes:
                 inputs = make_inputs(op, m, n, k)
                 fns = peers(op)
-                if peer_cutlass is not None and op == "mm":
+                if peer_cutlass is not None and OPS[op][0] == "bf16":
                     fns["cutlass"] = lambda a, b: peer_cutlass.mm(a, b, 8)
                 res = time_interleaved(fns, inputs, args.warmup, args.iters)
                 cutlass_ms = res.pop("cutlass", float("nan"))
                 ours, (peer_name, peer) = res["ours"], [(k_, v) for k_, v in res.items() if k_ != "ours"][0]
                 flops = 2.0 * m * n * k
-                row = dict(op=op, group=group, m=m, n=n, k=k, peer=peer_name,
+                accum = "fp32" if OPS[op][1] is None else ("fast" if OPS[op][1] else "promoted")
+                picked = pg.explain(m, n, k, out_dtype="bf16", **explain_kinds(op)).config
+                row = dict(op=op, accum=accum, group=group, m=m, n=n, k=k, config=picked, peer=peer_name,
                            ours_ms=ours, peer_ms=peer, ours_tflops=flops / ours / 1e9,
                            peer_tflops=flops / peer / 1e9, speedup=peer / ours, gpu=gpu,
                            cutlass_ms=cutlass_ms, cutlass_tflops=flops / cutlass_ms / 1e9)
@@ -244,10 +277,14 @@ def main() -> int:
         w.writerows(rows)
     lines = [f"GPU: {gpu}; medians of {args.iters} CUDA-event timings per call, ours and the peer interleaved, "
              f"after {args.warmup} warm-up calls", "",
-             "| op | group | M×N×K | ours TFLOP/s | peer | peer TFLOP/s | speedup |", "|---|---|---|---|---|---|---|"]
+             "Each row compares like with like: same inputs, bf16 output, same accumulation mode "
+             "(`accum`: fp32 for bf16 mm; FP8 `promoted` = use_fast_accum=False on both sides, `fast` = True on both).",
+             "",
+             "| op | accum | group | M×N×K | ours TFLOP/s | our kernel | peer | peer TFLOP/s | speedup |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['op']} | {r['group']} | {r['m']}×{r['n']}×{r['k']} | {r['ours_tflops']:.1f} | "
-                     f"{r['peer']} | {r['peer_tflops']:.1f} | {r['speedup']:.2f}× |")
+        lines.append(f"| {r['op']} | {r['accum']} | {r['group']} | {r['m']}×{r['n']}×{r['k']} | {r['ours_tflops']:.1f} | "
+                     f"`{r['config']}` | {r['peer']} | {r['peer_tflops']:.1f} | {r['speedup']:.2f}× |")
     with_cutlass = [r for r in rows if math.isfinite(r["cutlass_ms"])]
     if with_cutlass:
         lines += ["", "Stock CUTLASS (GemmUniversal + CUTLASS's PersistentScheduler, swizzle 8, same collectives "

@@ -111,6 +111,16 @@ void check_config(char const* op, std::optional<c10::string_view> config,
   TORCH_CHECK_VALUE(false, msg(op, ": unknown config '", name, "'; the catalogue has:", known));
 }
 
+void check_config_accum(char const* op, std::optional<c10::string_view> config, bool use_fast_accum) {
+  if (!config.has_value() || use_fast_accum) return;
+  std::string const name(config->data(), config->size());
+  // Canonical names carry the token after the style: ..._<coop|pp>_fastacc[_s<stages>].
+  bool const fast = name.find("_fastacc") != std::string::npos;
+  TORCH_CHECK_VALUE(!fast, msg(op, ": config '", name, "' accumulates FP8 products at reduced precision "
+                    "(fast accumulation), but use_fast_accum=False asks for fp32-promoted sums; pass "
+                    "use_fast_accum=True or a config without '_fastacc'"));
+}
+
 Problem check_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
                  std::optional<at::ScalarType> out_dtype) {
   check_2d(op, "a", a, "(M, K)");
@@ -124,12 +134,8 @@ Problem check_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
                    dtype_name(b.scalar_type())));
   TORCH_CHECK_VALUE(a.size(1) == b.size(0), msg(op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
                     b.sizes(), "; their K extents differ"));
-  TORCH_CHECK_VALUE(unit_in(a, 0) || unit_in(a, 1), msg(op,
-                    ": a needs a unit stride in one dimension (row- or column-major), got strides ",
-                    a.strides(), "; call .contiguous()"));
-  TORCH_CHECK_VALUE(unit_in(b, 0) || unit_in(b, 1), msg(op,
-                    ": b needs a unit stride in one dimension (row- or column-major), got strides ",
-                    b.strides(), "; call .contiguous()"));
+  // Any strides, as torch.mm: the CUDA path copies an operand TMA cannot read as it is
+  // (no unit stride, stride-0 broadcast views, misaligned rows) -- explain() shows it.
   return {a.size(0), b.size(1), a.size(1), resolve_out(op, out_dtype, t)};
 }
 

@@ -38,6 +38,11 @@ Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& 
 void check_config(char const* op, std::optional<c10::string_view> config,
                   std::initializer_list<char const*> families);
 
+// A forced FP8 `config` must not accumulate faster than the caller allows: a `_fastacc` config
+// with use_fast_accum=False is refused (a promoting config is fine either way: it is only more
+// accurate).
+void check_config_accum(char const* op, std::optional<c10::string_view> config, bool use_fast_accum);
+
 constexpr int64_t kMxBlock = 32;  // elements per e8m0 scale along K
 
 }  // namespace persistent_gemm

@@ -41,11 +41,20 @@ DType to_dtype(at::ScalarType t) {
 
 bool aligned16(void const* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// TMA reads an operand when its base is 16-byte aligned and so is its non-unit stride.
-bool tma_readable(at::Tensor const& t, bool k_major) {
-  int64_t const ld = k_major ? t.stride(0) : t.stride(1);
-  return aligned16(t.data_ptr()) && (ld * int64_t(t.element_size())) % 16 == 0;
+// The leading dimension TMA would read `t` (rows, cols) with, `cols` being the dimension meant
+// to be contiguous; -1 when TMA cannot read the tensor as it is: no unit stride there, a
+// misaligned base, a stride that is not a 16-byte multiple, or rows that overlap (stride-0
+// broadcast views such as x.expand(M, K)). Those operands are copied (k_major_copy).
+int64_t tma_ld(at::Tensor const& t, int unit_dim) {
+  int const other = 1 - unit_dim;
+  int64_t const contig = t.size(unit_dim), elem = int64_t(t.element_size());
+  if (t.stride(unit_dim) != 1 && contig != 1) return -1;
+  // A single line's stride is never followed: give TMA the smallest legal one.
+  int64_t const ld = t.size(other) == 1 ? (contig * elem + 15) / 16 * 16 / elem : t.stride(other);
+  if (!aligned16(t.data_ptr()) || ld < contig || (ld * elem) % 16 != 0) return -1;
+  return ld;
 }
+bool tma_readable(at::Tensor const& rows_by_k, bool k_major) { return tma_ld(rows_by_k, k_major ? 1 : 0) >= 0; }
 
 // A K-major copy whose rows start 16-byte aligned: (alloc_rows, K) with ld rounded up, the
 // first rows holding the operand. Only the first K columns are read (TMA bounds the box at K),
@@ -72,9 +81,36 @@ at::Tensor k_major_copy(at::Tensor const& rows_by_k, int64_t alloc_rows) {
   return view;
 }
 
-void check_launch(cudaError_t err, char const* op, KernelEntry const& e) {
-  TORCH_CHECK(err == cudaSuccess, msg(op, ": kernel ", e.config, " failed to launch: ",
-              cudaGetErrorString(err)));
+// The rule of the builder's can_implement (sm90_gemm_builder.hpp) that `g` breaks, naming the
+// argument; empty when they all hold. The dispatcher only launches what it has adapted, so a
+// non-empty answer here is a dispatcher bug, but the message must still say what went wrong.
+std::string broken_launch_rule(GemmArgs const& g, KernelEntry const& e, int64_t d_elem) {
+  auto const a_contig = e.a_k_major ? g.k : g.m, b_contig = e.b_k_major ? g.k : g.n;
+  int64_t const ea = e.a_dtype == DType::E4M3 ? 1 : 2;
+  if (!aligned16(g.a)) return "a's data pointer is not 16-byte aligned (TMA)";
+  if (!aligned16(g.b)) return "b's data pointer is not 16-byte aligned (TMA)";
+  if (g.lda < a_contig) return msg("a's leading stride ", g.lda, " is smaller than its contiguous extent ", a_contig);
+  if (g.ldb < b_contig) return msg("b's leading stride ", g.ldb, " is smaller than its contiguous extent ", b_contig);
+  if ((g.lda * ea) % 16) return msg("a's leading stride ", g.lda, " is not a multiple of 16 bytes (TMA)");
+  if ((g.ldb * ea) % 16) return msg("b's leading stride ", g.ldb, " is not a multiple of 16 bytes (TMA)");
+  if (g.ldd < g.n) return msg("D's leading stride ", g.ldd, " is smaller than N = ", g.n);
+  if (e.tma_store && (!aligned16(g.d) || (g.ldd * d_elem) % 16))
+    return "D is not 16-byte aligned (pointer or leading stride) for the TMA-store epilogue";
+  if (e.tma_store && (g.n * d_elem) % 16 && !g.d_pad_writable)
+    return msg("N = ", g.n, " leaves D rows that are not whole 16-byte chunks, which a TMA store overwrites");
+  if (e.scale_mode != ScaleMode::None && (!g.scale_a || !g.scale_b)) return "scale_a/scale_b pointers are missing";
+  return {};
+}
+
+void check_launch(cudaError_t err, char const* op, KernelEntry const& e, GemmArgs const& g, int64_t d_elem) {
+  if (err == cudaSuccess) return;
+  std::string const rule = err == cudaErrorInvalidValue ? broken_launch_rule(g, e, d_elem) : std::string();
+  TORCH_CHECK(false, msg(op, ": kernel ", e.config, " failed to launch for M = ", g.m, ", N = ", g.n, ", K = ",
+              g.k, ": ", cudaGetErrorString(err), rule.empty() ? std::string() : "; " + rule,
+              err == cudaErrorInvalidValue && rule.empty()
+                  ? "; the operands meet every TMA rule, so the launch configuration (cluster shape, shared "
+                    "memory) was refused: please report this with the shapes"
+                  : std::string()));
 }
 
 ArchModule const& require_arch(char const* op, at::Tensor const& a) {
@@ -88,6 +124,8 @@ ArchModule const& require_arch(char const* op, at::Tensor const& a) {
               built.empty() ? std::string(" none") : built,
               ". Rebuild with TORCH_CUDA_ARCH_LIST naming 9.0a or 10.0a as fits the GPU."));
 }
+
+int64_t out_elem_of(at::ScalarType t) { return int64_t(c10::elementSize(t)); }
 
 // Runs A (M,K) @ B (K,N) with whatever operand copies / output cast the chosen variant needs.
 at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tensor a, at::Tensor b,
@@ -121,10 +159,10 @@ at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tens
   args.k = int32_t(p.k);
   args.a = a.data_ptr();
   args.a_k_major = e.a_k_major;
-  args.lda = e.a_k_major ? a.stride(0) : a.stride(1);
+  args.lda = tma_ld(a, e.a_k_major ? 1 : 0);
   args.b = b.data_ptr();
   args.b_k_major = e.b_k_major;
-  args.ldb = e.b_k_major ? b.stride(1) : b.stride(0);
+  args.ldb = tma_ld(b.t(), e.b_k_major ? 1 : 0);
   args.d = d_buf.data_ptr();
   args.ldd = ldd;
   args.d_pad_writable = c.pad_d;  // our own padded buffer: its tail columns are scratch
@@ -133,7 +171,7 @@ at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tens
   if (scale_b.defined()) args.scale_b = scale_b.data_ptr();
   args.sm_count = req.sm_count;
   args.max_workers = 0;
-  check_launch(e.run(args, c10::cuda::getCurrentCUDAStream(a.get_device())), op, e);
+  check_launch(e.run(args, c10::cuda::getCurrentCUDAStream(a.get_device())), op, e, args, out_elem_of(kernel_out));
 
   at::Tensor d = c.pad_m ? d_buf.narrow(0, 0, p.m) : d_buf;  // leading rows: still contiguous
   if (c.pad_d) d = d.narrow(1, 0, p.n);
@@ -191,12 +229,13 @@ at::Tensor mm_cuda(at::Tensor const& a, at::Tensor const& b, std::optional<at::S
 }
 
 at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
-                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
+                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
                           std::optional<c10::string_view> config) {
   char const* op = "persistent_gemm.scaled_mm";
   ScaleKind kind;
   auto const p = check_scaled_mm(op, a, b, scale_a, scale_b, out_dtype, kind);
   check_config(op, config, {"e4m3"});
+  check_config_accum(op, config, use_fast_accum);
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
   check_extents(op, p);
@@ -207,6 +246,7 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
   req.d = to_dtype(p.out_dtype);
   req.a_k_major = req.b_k_major = true;
   req.scale = kind == ScaleKind::Tensorwise ? ScaleMode::Tensorwise : ScaleMode::Rowwise;
+  req.fast_accum = use_fast_accum;
   if (config) req.config = std::string(config->data(), config->size());
   return run_gemm(op, mod, req, a, b, scale_a.contiguous(), scale_b.contiguous(), p.out_dtype, p);
 }

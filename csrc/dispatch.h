@@ -15,7 +15,7 @@ namespace persistent_gemm {
 at::Tensor mm_cuda(at::Tensor const& a, at::Tensor const& b, std::optional<at::ScalarType> out_dtype,
                    std::optional<c10::string_view> config);
 at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
-                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
+                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
                           std::optional<c10::string_view> config);
 at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                          at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,

@@ -45,6 +45,9 @@ namespace model {
 constexpr double kClockGHz = 1.755;            // sustained SM clock under GEMM load
 constexpr double kFlopsPerClk16 = 4096;        // dense bf16/fp16 wgmma per SM per clock (fp8: 2x)
 constexpr double kStageOverheadClk = 100;      // per k-tile: barrier waits, issue, release
+// Promoted FP8: per k-tile the consumers drain their wgmmas (wait<0>) and add the partial sums
+// into the fp32 accumulator, during which the tensor core idles. Unfitted first guess.
+constexpr double kPromoteClk = 150;
 constexpr double kMmaEffMax = 0.89;            // power/clock derating of the ideal MMA rate
 constexpr double kSmLoadBytesPerUs = 80e3;     // one SM's sustained TMA inflow
 constexpr double kOobFillBytesPerUs = 80e3;    // TMA zero-fill of out-of-bounds box rows, per SM
@@ -58,7 +61,7 @@ constexpr double kCopyLaunchUs = 6.0;          // one extra copy (pad_m), mostly
 
 }  // namespace
 
-Estimate estimate(Request const& r, KernelGeometry const& g, bool pad_m) {
+Estimate estimate(Request const& r, KernelGeometry const& g, bool pad_m, bool promoted_fp8) {
   using namespace model;
   Estimate e;
   int64_t const ea = bytes_of(r.a), eb = bytes_of(r.b), ed = bytes_of(r.d);
@@ -71,7 +74,8 @@ Estimate estimate(Request const& r, KernelGeometry const& g, bool pad_m) {
   // Per k-tile work in SM clocks (fp8 tiles are twice as deep at twice the rate: same clocks).
   double const flops_per_clk = kFlopsPerClk16 * (ea == 1 ? 2 : 1);
   double const stage_clk = 2.0 * g.tile_m * g.tile_n * g.tile_k / flops_per_clk;
-  double const eff = kMmaEffMax * stage_clk / (stage_clk + kStageOverheadClk);
+  double const overhead_clk = kStageOverheadClk + (promoted_fp8 ? kPromoteClk : 0.0);
+  double const eff = kMmaEffMax * stage_clk / (stage_clk + overhead_clk);
   double const tile_mma_us = 2.0 * g.tile_m * g.tile_n * kp / flops_per_clk / eff / (kClockGHz * 1e3);
   // Rows past M (columns past N) are not loaded but zero-filled: see oob_us below.
   double const rows_a = pad_m ? g.tile_m : std::min<int64_t>(g.tile_m, r.m), rows_b = std::min<int64_t>(g.tile_n, r.n);
@@ -116,6 +120,10 @@ int adaptation_cost(KernelEntry const& e, Request const& r, Choice* c) {
 }  // namespace
 
 Choice choose_kernel(char const* op, KernelTable const& table, Request const& r, bool explain) {
+  // The cost model divides by tile counts and workers: refuse what would make them zero.
+  TORCH_CHECK_VALUE(r.m >= 1 && r.n >= 1 && r.k >= 1,
+                    msg(op, ": M, N and K must be >= 1 for a kernel choice, got M = ", r.m, ", N = ", r.n, ", K = ", r.k));
+  TORCH_CHECK_VALUE(r.sm_count >= 1, msg(op, ": sm_count must be >= 1, got ", r.sm_count));
   // The hot path (every op call) allocates nothing; the printable log is built only when asked.
   Choice best;
   int best_cost = 1 << 30;
@@ -137,6 +145,10 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
       reject(e.config, "scale mode differs");
       continue;
     }
+    if (e.fast_accum && !r.fast_accum) {
+      reject(e.config, "accumulates fast (reduced precision); use_fast_accum=False asks for promoted fp32 sums");
+      continue;
+    }
     Choice c;
     int const cost = adaptation_cost(e, r, &c);
     if (cost < 0) {
@@ -144,11 +156,12 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
       continue;
     }
     if (explain) fitting.insert(e.config);
-    Estimate est = estimate(r, e.geometry);
+    bool const promoted = promoted_fp8(e);
+    Estimate est = estimate(r, e.geometry, false, promoted);
     // Padding M copies A K-major, so it needs a K-major variant; rowwise scale_a has only M rows.
     if (r.m % e.geometry.tile_m != 0 && e.a_k_major && r.scale != ScaleMode::Rowwise &&
         r.m + e.geometry.tile_m < (int64_t(1) << 31)) {
-      Estimate const padded = estimate(r, e.geometry, /*pad_m=*/true);
+      Estimate const padded = estimate(r, e.geometry, /*pad_m=*/true, promoted);
       c.pad_m = padded.us < est.us;
       if (c.pad_m) est = padded;
     }
@@ -173,6 +186,8 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
                        (best.pad_d ? ", pads D for TMA" : "") +
                        (best.pad_m ? ", pads M to " + std::to_string(cdiv(r.m, e.geometry.tile_m) * e.geometry.tile_m) : "") +
                        (e.d_dtype != r.d ? ", casts fp32 D" : "") +
+                       (e.a_dtype == DType::E4M3 ? (e.fast_accum ? ", fast accumulation" : ", promoted fp32 accumulation")
+                                                 : "") +
                        (e.tma_store ? "" : ", predicated stores"));
   }
   for (auto const& [name, reason] : rejected)

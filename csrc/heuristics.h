@@ -16,6 +16,9 @@ struct Request {
   DType a = DType::BF16, b = DType::BF16, d = DType::BF16;
   bool a_k_major = true, b_k_major = true;
   ScaleMode scale = ScaleMode::None;
+  // FP8: the caller allows fast accumulation (torch._scaled_mm's use_fast_accum). false admits
+  // only promoting kernels; true admits both, the cost model choosing.
+  bool fast_accum = false;
   bool d_aligned = true;  // D rows 16-byte aligned, as a TMA store needs
   bool a_needs_copy = false, b_needs_copy = false;  // operand not TMA-readable as given
   int sm_count = 132;
@@ -52,6 +55,8 @@ struct Estimate {
   int64_t waves = 0;
   double tile_eff = 0; // useful fraction of the launched tile area
 };
-Estimate estimate(Request const& req, KernelGeometry const& geometry, bool pad_m = false);
+// promoted_fp8: the config promotes FP8 partial sums every k-tile (promoted_fp8(entry)).
+Estimate estimate(Request const& req, KernelGeometry const& geometry, bool pad_m = false, bool promoted_fp8 = false);
+inline bool promoted_fp8(KernelEntry const& e) { return e.a_dtype == DType::E4M3 && !e.fast_accum; }
 
 }  // namespace persistent_gemm

@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "checks.h"
 #include "device_info.h"
 #include "dispatch.h"
 #include "heuristics.h"
@@ -68,7 +69,14 @@ at::Tensor device_schedule(std::string const& name, int m, int n, int l, int wor
 // The dispatcher's decision for a problem, without running it (persistent_gemm.explain).
 py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::string const& dtype,
                  std::string const& out_dtype, bool a_k_major, bool b_k_major, std::string const& scale,
-                 int sm_count, std::optional<std::string> config) {
+                 int sm_count, std::optional<std::string> config, bool fast_accum) {
+  // Checked here too (Python's explain() checks first): nothing may reach the cost model's
+  // divisions with a zero extent or worker count.
+  for (auto [what, v] : {std::pair<char const*, int64_t>{"M", m}, {"N", n}, {"K", k}})
+    TORCH_CHECK_VALUE(v >= 1 && v < (int64_t(1) << 31), msg("explain: ", what, " must be in [1, 2^31), got ", v));
+  TORCH_CHECK_VALUE(sm_count >= 1, msg("explain: sm_count must be >= 1, got ", sm_count));
+  TORCH_CHECK_VALUE(scale == "none" || scale == "tensor" || scale == "row",
+                    msg("explain: scale must be 'none', 'tensor' or 'row', got '", scale, "'"));
   auto const parse = [](std::string const& d, char const* what) {
     if (d == "bf16") return DType::BF16;
     if (d == "fp16") return DType::FP16;
@@ -89,6 +97,8 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   r.d_aligned = (n * (r.d == DType::FP32 ? 4 : 2)) % 16 == 0;
   r.sm_count = sm_count;
   r.config = config;
+  r.fast_accum = fast_accum;
+  if (config) check_config_accum("explain", c10::string_view(*config), fast_accum);
   Choice const c = choose_kernel("explain", *mod->table, r, /*explain=*/true);
   py::dict d;
   d["config"] = c.entry->config;
@@ -98,7 +108,8 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   d["pad_d"] = c.pad_d;
   d["log"] = c.log;
   d["pad_m"] = c.pad_m;
-  d["estimate_us"] = estimate(r, c.entry->geometry, c.pad_m).us;
+  d["estimate_us"] = estimate(r, c.entry->geometry, c.pad_m, promoted_fp8(*c.entry)).us;
+  d["fast_accum"] = c.entry->fast_accum;
   return d;
 }
 
@@ -139,6 +150,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         d["d_dtype"] = int(e.d_dtype);
         d["scale_mode"] = int(e.scale_mode);
         d["tma_store"] = e.tma_store;
+        d["fast_accum"] = e.fast_accum;
         out.append(d);
       }
     return out;
@@ -150,7 +162,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("explain", &explain, py::arg("arch"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"),
         py::arg("out_dtype"), py::arg("a_k_major") = true, py::arg("b_k_major") = true,
-        py::arg("scale") = "none", py::arg("sm_count") = 132, py::arg("config") = py::none());
+        py::arg("scale") = "none", py::arg("sm_count") = 132, py::arg("config") = py::none(),
+        py::arg("fast_accum") = false);
   m.def("set_poison_outputs", &set_poison_outputs,
         "tests: NaN-fill every kernel output buffer before the launch, so unwritten tiles show");
   m.def("schedule_order", &schedule_order, py::arg("config"), py::arg("m"), py::arg("n"),

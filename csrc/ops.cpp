@@ -42,12 +42,14 @@ at::Tensor mm_cpu(at::Tensor const& a, at::Tensor const& b, std::optional<at::Sc
   return at::mm(a.to(at::kFloat), b.to(at::kFloat)).to(p.out_dtype);
 }
 
+// use_fast_accum only permits a faster kernel; the reference accumulates exactly in fp32.
 at::Tensor scaled_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
-                         at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
+                         at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
                          std::optional<c10::string_view> config) {
   ScaleKind kind;
   auto const p = check_scaled_mm("persistent_gemm.scaled_mm", a, b, scale_a, scale_b, out_dtype, kind);
   check_config("persistent_gemm.scaled_mm", config, {"e4m3"});
+  check_config_accum("persistent_gemm.scaled_mm", config, use_fast_accum);
   auto acc = at::mm(a.to(at::kFloat), b.to(at::kFloat));
   // Scales multiply the fp32 accumulator, as the kernel's epilogue does.
   if (kind == ScaleKind::Tensorwise) {
@@ -130,9 +132,12 @@ at::Tensor mm_autograd(at::Tensor const& a, at::Tensor const& b, std::optional<a
 
 TORCH_LIBRARY(persistent_gemm, m) {
   m.def("mm(Tensor a, Tensor b, ScalarType? out_dtype=None, str? config=None) -> Tensor");
+  // use_fast_accum: torch._scaled_mm's meaning and default. False: FP8 partial sums are promoted
+  // to fp32 every K-tile; True: kernels that accumulate in the tensor core for the whole K loop
+  // may be chosen (faster, error growing with K).
   m.def(
       "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, ScalarType? out_dtype=None, "
-      "str? config=None) -> Tensor");
+      "bool use_fast_accum=False, str? config=None) -> Tensor");
   m.def(
       "mxfp8_mm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType? out_dtype=None, "
       "str? config=None) -> Tensor");

@@ -4,8 +4,17 @@ import pytest
 
 import persistent_gemm as pg
 
-pytestmark = pytest.mark.skipif(not pg.extension_available() or "sm90a" not in pg.built_archs(),
-                                reason="needs the sm90a kernel module built")
+def _default_catalogue_built() -> bool:
+    if not pg.extension_available() or "sm90a" not in pg.built_archs():
+        return False
+    built = {k["config"] for k in pg._C.built_kernels()}
+    return all(c.name in built for c in pg.CATALOGUE if c.arch == "sm90a")
+
+
+# These tests pin choices among the default catalogue's kernels; a narrowed build
+# (PGEMM_KERNELS) has other candidates, so it skips them instead of failing.
+pytestmark = pytest.mark.skipif(not _default_catalogue_built(),
+                                reason="needs the whole default sm90a catalogue built (not a PGEMM_KERNELS subset)")
 
 
 def names(dtype, arch="sm90a"):

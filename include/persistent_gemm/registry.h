@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 3;
+constexpr int kRegistryAbiVersion = 4;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -63,6 +63,10 @@ struct KernelEntry {
   bool a_k_major, b_k_major;
   ScaleMode scale_mode;
   bool tma_store;       // true: D must be 16-byte aligned (pointer and ldd); false: predicated stores
+  // FP8 only: partial sums stay in the tensor core's reduced-precision accumulator for the
+  // whole K loop (CUTLASS FastAccum; torch._scaled_mm's use_fast_accum=True). false: they are
+  // promoted into an fp32 accumulator every K-tile, as torch's default does.
+  bool fast_accum;
   KernelGeometry geometry;
   // Returns cudaSuccess or the launch error; never throws across the module boundary.
   cudaError_t (*run)(GemmArgs const& args, cudaStream_t stream);

@@ -51,7 +51,7 @@ def _mm_fake(a, b, out_dtype=None, config=None):
 
 
 @torch.library.register_fake(f"{_LIB}::scaled_mm")
-def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype=None, config=None):
+def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype=None, use_fast_accum=False, config=None):
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype == torch.float8_e4m3fn and b.dtype == torch.float8_e4m3fn,
@@ -92,8 +92,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = N
        config: Optional[str] = None) -> torch.Tensor:
     """``a @ b`` for bf16/fp16 ``a`` (M, K) and ``b`` (K, N), fp32 accumulation.
 
-    Any strides where one dimension of each operand is unit-stride (row- or column-major),
-    no copies on the fast paths. ``out_dtype`` defaults to the input dtype (bf16, fp16 or
+    Row- and column-major operands run without copies; any other strides (stride-0 broadcast
+    views such as ``x.expand(M, K)``, misaligned rows) are copied once to a K-major buffer. ``out_dtype`` defaults to the input dtype (bf16, fp16 or
     fp32 allowed). ``config`` forces a catalogue kernel by its canonical name.
     Semantics (the CPU reference): ``(a.float() @ b.float()).to(out_dtype)``.
     Differentiable: the backward is two ``mm`` calls.
@@ -102,15 +102,23 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = N
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
-              out_dtype: Optional[torch.dtype] = None, config: Optional[str] = None) -> torch.Tensor:
+              out_dtype: Optional[torch.dtype] = None, use_fast_accum: bool = False,
+              config: Optional[str] = None) -> torch.Tensor:
     """FP8 ``a @ b`` with fp32 scales, like ``torch._scaled_mm``.
 
     ``a`` (M, K) e4m3 row-major, ``b`` (K, N) e4m3 column-major. Scales are fp32, either both
     tensorwise (one element each) or rowwise (``scale_a`` (M, 1), ``scale_b`` (1, N)).
     Semantics: ``(scale_a * scale_b * (a.float() @ b.float())).to(out_dtype)``, scales applied
     to the fp32 accumulator; ``out_dtype`` defaults to bf16.
+
+    ``use_fast_accum`` has ``torch._scaled_mm``'s meaning and default. ``False`` runs kernels
+    that promote the FP8 partial sums into an fp32 accumulator every K-tile (128 K-elements),
+    matching torch's accuracy. ``True`` also admits the ``*_fastacc`` kernels, which keep the
+    sums in the tensor core's reduced-precision accumulator for the whole K loop: faster on
+    compute-bound shapes, with an error that grows with K (``explain(..., use_fast_accum=True)``
+    says which one runs). A forced ``config`` ending in ``_fastacc`` needs ``use_fast_accum=True``.
     """
-    return torch.ops.persistent_gemm.scaled_mm.default(a, b, scale_a, scale_b, out_dtype, config)
+    return torch.ops.persistent_gemm.scaled_mm.default(a, b, scale_a, scale_b, out_dtype, use_fast_accum, config)
 
 
 def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,

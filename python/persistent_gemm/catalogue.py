@@ -21,6 +21,7 @@ from .schedule import TileSchedule
 Arch = Literal["sm90a", "sm100a"]
 Dtype = Literal["bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"]
 Kernel = Literal["cooperative", "pingpong", "1sm", "2sm"]
+Accum = Literal["promoted", "fast"]
 
 ARCHS: tuple[str, ...] = ("sm90a", "sm100a")
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1")
@@ -29,6 +30,17 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1, "mxfp8": 1, "e4m3xe2m1": 1}
 KERNEL_STYLES = {"sm90a": ("cooperative", "pingpong"), "sm100a": ("1sm", "2sm")}
 _STYLE_TOKEN = {"cooperative": "coop", "pingpong": "pp", "1sm": "1sm", "2sm": "2sm"}
 _TOKEN_STYLE = {v: k for k, v in _STYLE_TOKEN.items()}
+#: Accumulation modes. "promoted": FP8 partial sums are added into an fp32 accumulator every
+#: K-tile (torch._scaled_mm's default, use_fast_accum=False); "fast": they stay in the tensor
+#: core's reduced-precision accumulator for the whole K loop (use_fast_accum=True). 16-bit
+#: operands always accumulate in fp32 and are "promoted" by definition.
+ACCUMS: tuple[str, ...] = ("promoted", "fast")
+_ACCUM_TOKEN = "fastacc"  # name suffix of fast-accumulation configs; promoted has none
+#: Dtype families whose mainloop has a fast-accumulation variant.
+FAST_ACCUM_DTYPES: tuple[str, ...] = ("e4m3",)
+#: Accumulator registers a SM90 consumer thread may hold (of its 232), the rest going to
+#: addressing and pipeline state. Mirrors kAccumulatorRegisterBudget in sm90_gemm_builder.hpp.
+SM90_ACCUMULATOR_REGISTER_BUDGET = 192
 
 #: Environment variable: a regex; only catalogue names it matches (re.search) are built.
 KERNELS_ENV = "PGEMM_KERNELS"
@@ -56,6 +68,9 @@ class KernelConfig:
     kernel : {"cooperative", "pingpong"} on sm90a, {"1sm", "2sm"} on sm100a
     dtype : {"bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"}
     arch : {"sm90a", "sm100a"}
+    accum : {"promoted", "fast"}
+        FP8 accumulation (see :data:`ACCUMS`); ``"fast"`` exists for e4m3 only and adds the
+        ``_fastacc`` token to the name.
     """
 
     tile: tuple[int, int, int] = (128, 256, 64)
@@ -64,6 +79,7 @@ class KernelConfig:
     kernel: Kernel = "cooperative"
     dtype: Dtype = "bf16"
     arch: Arch = "sm90a"
+    accum: Accum = "promoted"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tile", tuple(int(t) for t in self.tile))
@@ -77,6 +93,10 @@ class KernelConfig:
             return f"arch must be one of {ARCHS}, got {self.arch!r}"
         if self.dtype not in DTYPES:
             return f"dtype must be one of {DTYPES}, got {self.dtype!r}"
+        if self.accum not in ACCUMS:
+            return f"accum must be one of {ACCUMS}, got {self.accum!r}"
+        if self.accum == "fast" and self.dtype not in FAST_ACCUM_DTYPES:
+            return f"accum='fast' is an FP8 mainloop option ({FAST_ACCUM_DTYPES}); {self.dtype} always accumulates in fp32"
         if self.kernel not in KERNEL_STYLES[self.arch]:
             return f"kernel style {self.kernel!r} does not exist on {self.arch} (choose from {KERNEL_STYLES[self.arch]})"
         if not isinstance(self.schedule, TileSchedule):
@@ -97,6 +117,13 @@ class KernelConfig:
                 return f"ping-pong consumers each own a tile: tile_m must be 64 or 128, got {tm}"
             if self.dtype in ("mxfp8", "e4m3xe2m1"):
                 return f"{self.dtype} needs block-scaled tensor cores (sm100a); SM90 has none"
+            if self.dtype == "e4m3" and self.accum == "promoted":
+                # A cooperative tile is split over 256 consumer threads, a ping-pong tile is one WG's.
+                acc = tm * tn // (256 if self.kernel == "cooperative" else 128)
+                if 2 * acc > SM90_ACCUMULATOR_REGISTER_BUDGET:
+                    return (f"promoted FP8 accumulation keeps a second fp32 accumulator: 2 x {acc} registers per "
+                            f"consumer thread exceed the {SM90_ACCUMULATOR_REGISTER_BUDGET} available for "
+                            f"accumulators (use a smaller tile, or accum='fast')")
         else:
             want = (64, 128) if self.kernel == "1sm" else (128, 256)
             if tm not in want:
@@ -131,6 +158,8 @@ class KernelConfig:
             s.raster,
             _STYLE_TOKEN[self.kernel],
         ]
+        if self.accum == "fast":
+            parts.append(_ACCUM_TOKEN)
         if self.stages is not None:
             parts.append(f"s{self.stages}")
         return "_".join(parts)
@@ -145,7 +174,7 @@ class KernelConfig:
         if not m:
             raise ConfigError(
                 f"config name {name!r} is not of the form "
-                "<arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>_<coop|pp|1sm|2sm>[_s<stages>]"
+                "<arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>_<coop|pp|1sm|2sm>[_fastacc][_s<stages>]"
             )
         g = m.groupdict()
         try:
@@ -161,6 +190,7 @@ class KernelConfig:
             kernel=_TOKEN_STYLE[g["style"]],
             dtype=g["dtype"],
             arch=g["arch"],
+            accum="fast" if g["accum"] else "promoted",
         )
 
     # -- lowering --------------------------------------------------------------------------
@@ -193,17 +223,21 @@ class KernelConfig:
                 "2sm": "persistent_gemm::kernel::Umma2Sm",
             }[self.kernel],
             "dtype": self.dtype,
+            "accum": ("persistent_gemm::kernel::AccumFast" if self.accum == "fast"
+                      else "persistent_gemm::kernel::AccumPromoted"),
         }
 
 
 _NAME_RE = re.compile(
     r"(?P<arch>sm90a|sm100a)_(?P<dtype>bf16|fp16|e4m3xe2m1|e4m3|mxfp8)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)"
-    r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)_(?P<style>coop|pp|1sm|2sm)(?:_s(?P<stages>\d+))?"
+    r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)_(?P<style>coop|pp|1sm|2sm)(?P<accum>_fastacc)?(?:_s(?P<stages>\d+))?"
 )
 
 
-def _cfg(tile, swizzle, cluster, kernel="cooperative", dtype="bf16", arch="sm90a", raster="row", stages=None):
+def _cfg(tile, swizzle, cluster, kernel="cooperative", dtype="bf16", arch="sm90a", raster="row", stages=None,
+         accum="promoted"):
     return KernelConfig(
+        accum=accum,
         tile=tile,
         schedule=TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster),
         stages=stages,
@@ -217,11 +251,15 @@ def _cfg(tile, swizzle, cluster, kernel="cooperative", dtype="bf16", arch="sm90a
 CATALOGUE: tuple[KernelConfig, ...] = (
     _cfg((128, 256, 64), 8, (2, 1)),
     _cfg((128, 256, 64), 8, (2, 1), dtype="fp16"),
-    _cfg((128, 256, 128), 8, (2, 1), dtype="e4m3"),
+    # FP8, promoted accumulation (the default, torch._scaled_mm's accuracy): the second fp32
+    # accumulator rules out 128x256 cooperative and 128x128 ping-pong tiles (register budget).
+    _cfg((128, 128, 128), 8, (2, 1), dtype="e4m3"),
+    # FP8, fast accumulation (use_fast_accum=True), for the compute-bound shapes where it pays.
+    _cfg((128, 256, 128), 8, (2, 1), dtype="e4m3", accum="fast"),
+    _cfg((128, 128, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3", accum="fast"),
     # Narrower ping-pong tiles, clustered along N: no tail CTAs and twice the tiles where M is
     # small (decode, ragged M); the dispatcher's cost model picks among them.
     _cfg((128, 128, 64), 8, (1, 2), kernel="pingpong"),
-    _cfg((128, 128, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
     # Decode (M <= 128 against a wide weight): 64-column tiles put every SM on the weight
     # stream (N = 8192 gives 128 tiles, where 128-column tiles leave half the GPU idle), and
     # 64-row tiles halve the MMA work wasted on the padding rows when M <= 64.

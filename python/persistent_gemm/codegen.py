@@ -55,9 +55,10 @@ class Variant:
 
 
 def _is_primary(config: KernelConfig) -> bool:
-    """The first catalogue entry of its (arch, dtype) gets every variant; later entries are
-    tuned for particular shapes and get only the common K-major fast path."""
-    return next(c for c in CATALOGUE if (c.arch, c.dtype) == (config.arch, config.dtype)) == config
+    """The first catalogue entry of its (arch, dtype, accum) gets every variant; later entries
+    are tuned for particular shapes and get only the common K-major fast path."""
+    key = (config.arch, config.dtype, config.accum)
+    return next(c for c in CATALOGUE if (c.arch, c.dtype, c.accum) == key) == config
 
 
 def variants(config: KernelConfig) -> list[Variant]:
@@ -130,8 +131,18 @@ _KERNEL_TU = Template(
 
 namespace persistent_gemm::gen {
 cudaError_t run_${ident}(persistent_gemm::GemmArgs const& args, cudaStream_t stream) {
-  using Gemm = ${builder}<${a_type}, ${a_k_major}, ${b_type}, ${b_k_major}, ${d_type},
-      ${tile_shape}, ${cluster_shape}, ${schedule_tag}, ${kernel_style}, ${stages}${extra}>;
+  using ElementA = ${a_type};
+  using ElementB = ${b_type};
+  using ElementD = ${d_type};
+  constexpr bool kAKMajor = ${a_k_major};
+  constexpr bool kBKMajor = ${b_k_major};
+  using TileShape = ${tile_shape};
+  using ClusterShape = ${cluster_shape};
+  using ScheduleTag = ${schedule_tag};
+  using KernelStyle = ${kernel_style};
+  constexpr int kStages = ${stages};  // 0: fill the shared memory the epilogue leaves
+${arch_aliases}  using Gemm = ${builder}<ElementA, kAKMajor, ElementB, kBKMajor, ElementD, TileShape, ClusterShape,
+      ScheduleTag, KernelStyle, kStages${arch_args}>;
   return Gemm::run(args, stream);
 }
 }  // namespace persistent_gemm::gen
@@ -149,7 +160,7 @@ ${decls}
 namespace persistent_gemm::host {
 using namespace persistent_gemm;
 static KernelEntry const kEntries[] = {
-${entries}    {nullptr, DType::BF16, DType::BF16, DType::BF16, true, true, ScaleMode::None, true,
+${entries}    {nullptr, DType::BF16, DType::BF16, DType::BF16, true, true, ScaleMode::None, true, false,
      {0, 0, 0, 1, 1, KernelStyle::Cooperative}, nullptr},
 };
 static ScheduleEntry const kSchedules[] = {
@@ -167,7 +178,7 @@ _STYLE_ENUM = {"cooperative": "Cooperative", "pingpong": "PingPong", "1sm": "Umm
 
 _ENTRY = Template(
     '    {"${name}", DType::${a}, DType::${a}, DType::${d}, ${a_k_major}, ${b_k_major}, ScaleMode::${scale}, '
-    "${tma_store},\n     {${tile_m}, ${tile_n}, ${tile_k}, ${cluster_m}, ${cluster_n}, KernelStyle::${style}}, "
+    "${tma_store}, ${fast_accum},\n     {${tile_m}, ${tile_n}, ${tile_k}, ${cluster_m}, ${cluster_n}, KernelStyle::${style}}, "
     "&gen::run_${kid}},\n"
 )
 
@@ -209,7 +220,13 @@ def schedule_tu(config: KernelConfig) -> str:
 def kernel_tu(config: KernelConfig, v: Variant) -> str:
     ta = config.template_args()
     a_dtype = "e4m3" if config.dtype == "e4m3" else config.dtype
-    extra = f", persistent_gemm::ScaleMode::{_SCALE[v.scale]}, {str(v.tma_store).lower()}" if config.arch == "sm90a" else ""
+    if config.arch == "sm90a":
+        arch_aliases = (f"  constexpr auto kScale = persistent_gemm::ScaleMode::{_SCALE[v.scale]};\n"
+                        f"  constexpr bool kTmaStore = {str(v.tma_store).lower()};\n"
+                        f"  using Accumulation = {ta['accum']};\n")
+        arch_args = ", kScale, kTmaStore, Accumulation"
+    else:
+        arch_aliases, arch_args = "", ""
     return _KERNEL_TU.substitute(
         ta,
         suffix=v.suffix,
@@ -221,7 +238,8 @@ def kernel_tu(config: KernelConfig, v: Variant) -> str:
         d_type=_CPP_DTYPE[v.out],
         a_k_major=str(v.a_k_major).lower(),
         b_k_major=str(v.b_k_major).lower(),
-        extra=extra,
+        arch_aliases=arch_aliases,
+        arch_args=arch_args,
     )
 
 
@@ -247,6 +265,7 @@ def kernel_table(arch: str, configs: Sequence[KernelConfig]) -> str:
                 b_k_major=str(v.b_k_major).lower(),
                 scale=_SCALE[v.scale],
                 tma_store=str(v.tma_store).lower(),
+                fast_accum=str(c.accum == "fast").lower(),
                 style=_STYLE_ENUM[c.kernel],
                 kid=kid,
             ))

@@ -1,12 +1,16 @@
 // Type builder + host runner for the persistent SM90 GEMM.
 //
 //   persistent_gemm::kernel::Sm90Gemm<ElementA, AKMajor, ElementB, BKMajor, ElementD, TileShape,
-//       ClusterShape, ScheduleTag, Style, Stages, Scale, TmaStore>::run(GemmArgs const&, stream)
+//       ClusterShape, ScheduleTag, Style, Stages, Scale, TmaStore, Accum>::run(GemmArgs const&, stream)
 //
 // D(M,N) = scale * A(M,K) @ B(K,N), fp32 accumulation, D row-major with leading dimension ldd.
 //   A: row-major (M,K) when AKMajor, else column-major.  B: column-major (K,N) when BKMajor,
 //   else row-major. FP8 (e4m3) operands must both be K-major (the only GMMA fp8 smem layout).
-// Mainloop: CUTLASS's TMA + GMMA warp-specialized collective (FP8: the FastAccum variant).
+// Mainloop: CUTLASS's TMA + GMMA warp-specialized collective, chosen by MainloopSelector from
+//           the style and the accumulation tag. FP8 has two: AccumPromoted adds each K-tile's
+//           partial sums into a second, fp32 accumulator (torch._scaled_mm's default accuracy);
+//           AccumFast keeps them in the tensor core's reduced-precision accumulator for the
+//           whole K loop (use_fast_accum=True), whose error grows with K.
 // Epilogue: TmaStore  -> CUTLASS TMA warp-specialized epilogue with an EVT for the scale;
 //                        needs a 16 B aligned D pointer, ldd AND N (a TMA store writes whole
 //                        16 B chunks at the N edge); otherwise use the !TmaStore variant.
@@ -38,6 +42,11 @@
 #include "persistent_gemm/registry.h"
 
 namespace persistent_gemm::kernel {
+
+// Accumulation tags (catalogue.py's KernelConfig.accum).
+struct AccumPromoted {};
+struct AccumFast {};
+
 namespace sm90_detail {
 
 using RowMajor = cutlass::layout::RowMajor;
@@ -127,6 +136,45 @@ struct EpilogueSelector<false, ElementD, TileShape, ClusterShape, Coop, Scale> {
   }
 };
 
+// Accumulator registers one consumer thread holds for a tile: a cooperative tile is split over
+// 256 threads, a ping-pong tile belongs to one 128-thread warpgroup.
+template <class TileShape, bool Coop>
+constexpr int accumulator_registers() {
+  return int(cute::size<0>(TileShape{}) * cute::size<1>(TileShape{})) / (Coop ? 256 : 128);
+}
+// Registers a consumer may spend on accumulators (of its 232), the rest being addressing and
+// pipeline state; mirrored by catalogue.py's rejection() so Python refuses such a tile first.
+constexpr int kAccumulatorRegisterBudget = 192;
+
+// tag -> selector -> CUTLASS kernel schedule of the mainloop collective.
+template <class Style, bool Fp8, class Accum>
+struct MainloopSelector;
+template <class Accum>
+struct MainloopSelector<Cooperative, false, Accum> {
+  using type = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+};
+template <class Accum>
+struct MainloopSelector<PingPong, false, Accum> {
+  using type = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+};
+// Non-FastAccum schedules with FP8 operands select CUTLASS's promoting FP8 mainloop.
+template <>
+struct MainloopSelector<Cooperative, true, AccumPromoted> {
+  using type = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+};
+template <>
+struct MainloopSelector<PingPong, true, AccumPromoted> {
+  using type = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+};
+template <>
+struct MainloopSelector<Cooperative, true, AccumFast> {
+  using type = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
+};
+template <>
+struct MainloopSelector<PingPong, true, AccumFast> {
+  using type = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum;
+};
+
 // Shared memory the kernel needs besides the mainloop ring: the epilogue's buffers and
 // barriers plus our ordering barriers and section padding.
 template <class Epilogue>
@@ -140,7 +188,7 @@ inline bool aligned16(void const* p) { return reinterpret_cast<uintptr_t>(p) % 1
 
 template <class ElementA, bool AKMajor, class ElementB, bool BKMajor, class ElementD, class TileShape,
           class ClusterShape, class ScheduleTag, class Style, int Stages, persistent_gemm::ScaleMode Scale,
-          bool TmaStore>
+          bool TmaStore, class Accum = AccumPromoted>
 struct Sm90Gemm {
   static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static constexpr bool kFp8 = cutlass::sizeof_bits<ElementA>::value == 8;
@@ -148,6 +196,15 @@ struct Sm90Gemm {
                 "mixed-width operands are not supported by this builder");
   static_assert(!kFp8 || (AKMajor && BKMajor), "FP8 GMMA reads both operands K-major only: pass K-major A and B");
   static_assert(Scale != ScaleMode::Block32, "Block32 (MX) scaling is an SM100 mainloop feature");
+  static_assert(std::is_same_v<Accum, AccumPromoted> || std::is_same_v<Accum, AccumFast>,
+                "Accum must be AccumPromoted or AccumFast");
+  static_assert(kFp8 || std::is_same_v<Accum, AccumPromoted>,
+                "fast accumulation is an FP8 mainloop option; 16-bit operands always accumulate in fp32");
+  static constexpr bool kPromotedFp8 = kFp8 && std::is_same_v<Accum, AccumPromoted>;
+  static_assert(!kPromotedFp8 || 2 * sm90_detail::accumulator_registers<TileShape, kCooperative>() <=
+                                     sm90_detail::kAccumulatorRegisterBudget,
+                "promoted FP8 accumulation holds a second fp32 accumulator: 2 x the tile's accumulator registers "
+                "per consumer thread exceed the budget (use a smaller tile, or AccumFast)");
 
   using LayoutA = std::conditional_t<AKMajor, sm90_detail::RowMajor, sm90_detail::ColumnMajor>;
   using LayoutB = std::conditional_t<BKMajor, sm90_detail::ColumnMajor, sm90_detail::RowMajor>;
@@ -157,12 +214,7 @@ struct Sm90Gemm {
   using EpilogueSel = sm90_detail::EpilogueSelector<TmaStore, ElementD, TileShape, ClusterShape, kCooperative, Scale>;
   using CollectiveEpilogue = typename EpilogueSel::Collective;
 
-  using MainloopSchedule = std::conditional_t<
-      kCooperative,
-      std::conditional_t<kFp8, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
-                         cutlass::gemm::KernelTmaWarpSpecializedCooperative>,
-      std::conditional_t<kFp8, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
-                         cutlass::gemm::KernelTmaWarpSpecializedPingpong>>;
+  using MainloopSchedule = typename sm90_detail::MainloopSelector<Style, kFp8, Accum>::type;
   using StageCount = std::conditional_t<
       Stages == 0,
       cutlass::gemm::collective::StageCountAutoCarveout<sm90_detail::kernel_carveout_bytes<CollectiveEpilogue>()>,
