@@ -1,6 +1,10 @@
 """Build persistent_gemm: one dispatch module (_C) and one kernel module per GPU arch.
 
-    pip install --no-build-isolation -e .
+    scripts/setup_and_demo.sh    # installs everything, builds, runs the demo
+    scripts/setup_and_test.sh    # installs everything, builds, runs the tests
+
+Both end in ``pip install --no-build-isolation --no-deps -e .`` against the torch they installed;
+a plain ``pip install .`` (build isolation) stops at once with a message saying so.
 
 Environment (README.md, "Environment variables"): TORCH_CUDA_ARCH_LIST, PGEMM_KERNELS,
 PGEMM_CUTLASS_PATH (or CUTLASS_PATH), MAX_JOBS.
@@ -26,6 +30,49 @@ DEFAULT_ARCH_LIST = "9.0a;10.0a"
 
 def fail(msg: str) -> None:
     sys.exit(f"persistent_gemm build error: {msg}")
+
+
+USE_THE_TWO_COMMANDS = (
+    "install and build with one of the README's two commands instead:\n"
+    "    scripts/setup_and_demo.sh    # installs everything, builds, runs the demo\n"
+    "    scripts/setup_and_test.sh    # installs everything, builds, runs the tests\n"
+    "(or, with torch already installed: pip install --no-build-isolation -e .)"
+)
+def _isolated(paths) -> bool:
+    """Whether any of ``paths`` lies in a front-end's temporary build environment: pip's
+    ``<tmp>/pip-build-env-*``, pypa/build's ``<tmp>/build-env-*``, uv's ``.../builds-v0/``.
+    A torch found there is not the torch the package will run with."""
+    import tempfile
+
+    tmp = os.path.join(os.path.realpath(tempfile.gettempdir()), "")
+    for p in map(str, paths):
+        real = os.path.realpath(p) if p else p
+        if "pip-build-env-" in p or f"builds-v0{os.sep}" in p or (real.startswith(tmp) and f"{os.sep}build-env-" in real):
+            return True
+    return False
+
+
+def require_host_torch() -> None:
+    """Stop at once unless this build sees the torch the package will run with.
+
+    The extension links against torch's C++ ABI, so it must be compiled against the installed
+    torch. pyproject.toml therefore lists no torch among its build requirements, and under
+    build isolation (plain ``pip install .``) the isolated environment hides the installed
+    one: ``import torch`` fails here, before pip has downloaded gigabytes or nvcc has run for
+    12 minutes. A torch that does import but lives in a temporary build environment (a
+    front-end that adds it anyway) is refused the same way."""
+    try:
+        import torch
+    except ImportError:
+        if _isolated(sys.path):
+            fail("this is an isolated build (plain `pip install .`): it cannot see your torch, and the "
+                 "extension must be compiled against the torch it will run with.\n" + USE_THE_TWO_COMMANDS)
+        fail("torch is not installed in this Python environment; the extension compiles against it.\n"
+             + USE_THE_TWO_COMMANDS)
+    if _isolated([torch.__file__]):
+        fail(f"the torch this build sees ({torch.__file__}) lives in a temporary build environment, not "
+             "the one the package will run with (plain `pip install .` uses build isolation).\n"
+             + USE_THE_TWO_COMMANDS)
 
 
 def load_codegen():
@@ -132,6 +179,7 @@ def extensions():
 
 
 def main():
+    require_host_torch()
     locate_cuda()
     from torch.utils.cpp_extension import BuildExtension
     version = re.search(r'__version__ = "([^"]+)"', (ROOT / "python/persistent_gemm/_version.py").read_text()).group(1)

@@ -7,7 +7,7 @@ Ops (``torch.ops.persistent_gemm.*``, typed wrappers here): :func:`mm`, :func:`s
 ``dequantize_*`` inverses.
 
 The scheduler, catalogue and quantization modules are pure Python and import without the
-compiled extension; the ops need it (``pip install --no-build-isolation -e .``).
+compiled extension; the ops need it (``scripts/setup_and_demo.sh`` builds it).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def require_extension():
     if _C is None:
         raise ImportError(
             "persistent_gemm's compiled extension is not built: run "
-            "`pip install --no-build-isolation -e .` in the repository "
+            "`scripts/setup_and_demo.sh` (or `scripts/setup_and_test.sh`) in the repository "
             f"(import error: {_IMPORT_ERROR})"
         )
     return _C

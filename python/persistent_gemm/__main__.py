@@ -15,6 +15,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -30,6 +31,17 @@ _CONFIG_DEFAULTS = {
     "stages": None,
 }
 _KERNEL_ALIASES = {"coop": "cooperative", "pp": "pingpong"}
+
+
+#: The CLI walks every cluster id of the problem in Python; past this many it would seem to hang.
+MAX_IDS = 1_000_000
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (no usage block): exit status 2 as argparse's own."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help` for usage)\n")
 
 
 def _ints(text: str, n: int, what: str) -> tuple[int, ...]:
@@ -77,6 +89,11 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, TypeError, argparse.ArgumentTypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        # Before the report, not after it: the picture is what was asked for.
+        print(f"error: --out {args.out!r}: folder {os.path.dirname(os.path.abspath(args.out))!r} does not exist",
+              file=sys.stderr)
+        return 2
     s = config.schedule
     if args.workers is not None:
         workers, how = args.workers, "given"
@@ -85,8 +102,11 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
         how = f"{args.sms} SMs / {s.cluster_m * s.cluster_n}-CTA clusters"
     try:
         g = config.grid(args.m, args.n)
+        if g.num_ids > MAX_IDS:
+            raise ValueError(f"--m {args.m} --n {args.n} make {g.num_ids} cluster ids; this tool walks each "
+                             f"one and stops at {MAX_IDS}")
         fps = sch.wave_footprint(config, args.m, args.n, args.k, workers)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     summary = sch.footprint_summary(config, args.m, args.n, args.k, workers, footprints=fps)
@@ -110,20 +130,29 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
         except ImportError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+        except (OSError, ValueError) as e:  # unwritable folder, unknown picture suffix
+            print(f"error: cannot write --out {args.out!r}: {e}", file=sys.stderr)
+            return 2
         print(f"wrote     {path}")
     return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import main  # lazily: the demo needs the compiled extension and a GPU
+    import persistent_gemm as pg
+
+    if not pg.extension_available():  # say so in one line, not with an ImportError traceback
+        print("error: the demo needs persistent_gemm's compiled extension, which is not built here; "
+              "scripts/setup_and_demo.sh builds it and runs the demo", file=sys.stderr)
+        return 1
+    from .demo import main  # lazily: the demo imports torch and runs the ops
 
     rc = main()
     return rc if isinstance(rc, int) else 0
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m persistent_gemm", description="persistent_gemm tools")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="python -m persistent_gemm", description="persistent_gemm tools")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     q = sub.add_parser(
         "schedule",
@@ -161,12 +190,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    if getattr(args, "workers", None) is not None and args.workers < 1:
-        print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
-        return 2
-    if getattr(args, "sms", None) is not None and args.sms < 1:
-        print(f"error: --sms must be >= 1, got {args.sms}", file=sys.stderr)
-        return 2
+    # Counts and extents: checked here so each message names the flag as typed.
+    for flag in ("m", "n", "k", "workers", "sms"):
+        v = getattr(args, flag, None)
+        if v is not None and v < 1:
+            print(f"error: --{flag} must be >= 1, got {v}", file=sys.stderr)
+            return 2
     return args.func(args)
 
 

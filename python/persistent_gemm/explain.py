@@ -9,6 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .schedule import check_int
+
+#: What :func:`explain` accepts (the C++ side knows the same names).
+ARCHS = ("sm90a", "sm100a")
+DTYPES = ("bf16", "fp16", "e4m3")
+OUT_DTYPES = ("bf16", "fp16", "fp32")
+SCALES = ("none", "tensor", "row")
+#: The kernels index tiles and elements with 32-bit extents (the ops refuse M, N, K >= 2^31).
+MAX_EXTENT = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -20,19 +30,73 @@ class Decision:
     pad_m: bool = False  # A copied into whole M-tiles, D narrowed back (TMA zero-fill is slow)
     estimate_us: float = 0.0  # the cost model's estimate for the chosen kernel (H200 constants)
     log: list = field(default_factory=list)
+    fast_accum: bool = False  # fp8 partial sums kept in the MMA's accumulator (use_fast_accum=True)
 
     def __str__(self) -> str:
         return "\n".join([f"chosen: {self.config}", *(f"  {line}" for line in self.log)])
 
 
+def _check_choice(name: str, value, choices: tuple) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, one of {', '.join(choices)}; got {value!r} ({type(value).__name__})")
+    if value not in choices:
+        raise ValueError(f"{name} must be {', '.join(choices[:-1])} or {choices[-1]}, got {value!r}")
+    return value
+
+
+def _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config, use_fast_accum):
+    """Everything :func:`explain` is given, checked before it reaches C++: there a zero extent
+    is an integer division by zero (SIGFPE, the whole interpreter gone), not an exception."""
+    M, N, K = (check_int(n, v, minimum=1, maximum=MAX_EXTENT) for n, v in (("M", M), ("N", N), ("K", K)))
+    sm_count = check_int("sm_count", sm_count, minimum=1, maximum=MAX_EXTENT)  # a C int there
+    _check_choice("dtype", dtype, DTYPES)
+    if out_dtype is not None:
+        _check_choice("out_dtype", out_dtype, OUT_DTYPES)
+    if not isinstance(layout, str):
+        raise TypeError(f"layout must be a str of two letters from 'r'/'c', got {layout!r} ({type(layout).__name__})")
+    if len(layout) != 2 or set(layout) - {"r", "c"}:
+        raise ValueError(f"layout must be two letters from 'r'/'c' (a then b), got {layout!r}")
+    _check_choice("scale", scale, SCALES)
+    if dtype == "e4m3" and scale == "none":
+        raise ValueError("scale must be 'tensor' or 'row' for dtype 'e4m3' (scaled_mm), got 'none'")
+    if dtype != "e4m3" and scale != "none":
+        raise ValueError(f"scale must be 'none' for dtype {dtype!r} (mm has no scales), got {scale!r}")
+    if not isinstance(arch, str):
+        raise TypeError(f"arch must be a str, one of {', '.join(ARCHS)}; got {arch!r} ({type(arch).__name__})")
+    if arch not in ARCHS:
+        # Worded as the C++ side words an arch whose module is not built.
+        raise ValueError(f"arch must be {' or '.join(ARCHS)}: no kernel module for arch {arch!r} exists")
+    if config is not None and not isinstance(config, str):
+        raise TypeError(f"config must be a canonical config name (str) or None, got {config!r} ({type(config).__name__})")
+    if not isinstance(use_fast_accum, bool):
+        raise TypeError(f"use_fast_accum must be a bool, got {use_fast_accum!r} ({type(use_fast_accum).__name__})")
+    if use_fast_accum and dtype != "e4m3":
+        raise ValueError(f"use_fast_accum=True applies to dtype 'e4m3' (scaled_mm) only, got dtype {dtype!r}")
+    return M, N, K, sm_count
+
+
 def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[str] = None,
             layout: str = "rc", scale: str = "none", arch: str = "sm90a", sm_count: int = 132,
-            config: Optional[str] = None) -> Decision:
+            config: Optional[str] = None, use_fast_accum: bool = False) -> Decision:
     """The kernel ``mm``/``scaled_mm`` would pick for an (M, N, K) problem.
 
-    ``layout`` is two letters, for a (M, K) and b (K, N): ``r`` row-major, ``c`` column-major
-    (``"rc"``: both K-major, the fast path). ``scale``: ``"none"`` (mm), ``"tensor"`` or ``"row"``
-    (scaled_mm, dtype ``"e4m3"``). ``out_dtype`` defaults to the input dtype for mm, bf16 for fp8.
+    ``M``, ``N``, ``K``: positive ints below 2^31. ``dtype``: ``"bf16"``, ``"fp16"`` (mm) or
+    ``"e4m3"`` (scaled_mm). ``out_dtype``: ``"bf16"``, ``"fp16"`` or ``"fp32"``; defaults to the
+    input dtype for mm, bf16 for fp8. ``layout`` is two letters, for a (M, K) and b (K, N):
+    ``r`` row-major, ``c`` column-major (``"rc"``: both K-major, the fast path). ``scale``:
+    ``"none"`` for mm; ``"tensor"`` or ``"row"`` for scaled_mm (dtype ``"e4m3"`` needs one of
+    them). ``arch``: ``"sm90a"`` or ``"sm100a"`` (its kernel module must be built).
+    ``sm_count``: SMs of the target GPU (132 on an H200). ``config``: a canonical config name
+    to force, or None to let the cost model choose.
+
+    ``use_fast_accum`` has torch._scaled_mm's meaning and applies to ``"e4m3"`` only: False
+    (the default) picks kernels that promote FP8 partial sums into fp32 registers every few
+    k-blocks (accurate for long K); True allows the fast-accumulation kernels, which keep the
+    sums in the MMA's own accumulator over the whole K loop. The choice is
+    :attr:`Decision.fast_accum`.
+
+    Bad arguments raise TypeError (wrong type; a bool is not an int here) or ValueError (out of
+    range, unknown name), each naming the argument and the value.
 
     >>> print(explain(128, 8192, 8192))            # doctest: +SKIP
     chosen: sm90a_bf16_128x128x64_c1x2_sw8_row_pp
@@ -40,10 +104,11 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     """
     from . import require_extension
 
-    if len(layout) != 2 or set(layout) - {"r", "c"}:
-        raise ValueError(f"layout must be two letters from 'r'/'c' (a then b), got {layout!r}")
+    M, N, K, sm_count = _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config,
+                                    use_fast_accum)
     out = out_dtype or ("bf16" if dtype == "e4m3" else dtype)
     d = require_extension().explain(arch, M, N, K, dtype, out, a_k_major=layout[0] == "r",
-                                    b_k_major=layout[1] == "c", scale=scale, sm_count=sm_count, config=config)
+                                    b_k_major=layout[1] == "c", scale=scale, sm_count=sm_count, config=config,
+                                    fast_accum=use_fast_accum)
     return Decision(d["config"], d["tma_store"], d["copy_a"], d["copy_b"], d["pad_d"], d["pad_m"], d["estimate_us"],
-                    list(d["log"]))
+                    list(d["log"]), bool(d.get("fast_accum", False)))

@@ -72,7 +72,10 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def _check_block(block) -> None:
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+    # bool is an int to Python but never a block size; a float (even 32.0) is a caller's bug.
+    if isinstance(block, bool) or not isinstance(block, int):
+        raise TypeError(f"block must be an int, got {block!r} ({type(block).__name__})")
+    if block < 1:
         raise ValueError(f"block must be a positive int, got {block!r}")
 
 
@@ -153,6 +156,9 @@ def _scaled_blocks(x, block: int, emax_elem: int) -> tuple[torch.Tensor, torch.T
     _check_2d(x, "x")
     if not x.is_floating_point():
         raise TypeError(f"x must have a floating-point dtype, got {x.dtype}")
+    if x.dtype == torch.float4_e2m1fn_x2:  # packed pairs: no elementwise cast to float32 exists
+        raise TypeError("x must hold one element per entry, got packed torch.float4_e2m1fn_x2 "
+                        "(dequantize_mxfp4 it first)")
     x32 = x.to(torch.float32)
     if not bool(torch.isfinite(x32).all()):
         raise ValueError("x must be finite: found NaN or +-inf (after conversion to float32)")
@@ -192,9 +198,9 @@ def quantize_mxfp8(x: torch.Tensor, block: int = MX_BLOCK) -> tuple[torch.Tensor
     Raises
     ------
     TypeError
-        ``x`` is not a floating tensor.
+        ``x`` is not a floating tensor; ``block`` is not an int.
     ValueError
-        ``x`` is not 2-D or holds NaN/inf; ``block`` is not a positive int.
+        ``x`` is not 2-D or holds NaN/inf; ``block`` is below 1.
 
     Examples
     --------
@@ -234,9 +240,9 @@ def quantize_mxfp4(x: torch.Tensor, block: int = MX_BLOCK) -> tuple[torch.Tensor
     Raises
     ------
     TypeError
-        ``x`` is not a floating tensor.
+        ``x`` is not a floating tensor; ``block`` is not an int.
     ValueError
-        ``x`` is not 2-D, has odd K or holds NaN/inf; ``block`` is not a positive int.
+        ``x`` is not 2-D, has odd K or holds NaN/inf; ``block`` is below 1.
 
     Examples
     --------
@@ -244,6 +250,7 @@ def quantize_mxfp4(x: torch.Tensor, block: int = MX_BLOCK) -> tuple[torch.Tensor
     >>> hex(packed.view(torch.uint8).item()), scale.view(torch.uint8).item()
     ('0xf1', 127)
     """
+    _check_block(block)
     if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[1] % 2:
         raise ValueError(f"x must have an even number of columns K for e2m1 packing, "
                          f"got shape {tuple(x.shape)}")

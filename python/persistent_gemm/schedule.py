@@ -25,8 +25,9 @@ DeepGEMM's grouped swizzle.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass
-from typing import Iterator, Literal, NamedTuple, Sequence
+from typing import Iterator, Literal, NamedTuple, Optional, Sequence
 
 Raster = Literal["row", "column"]
 
@@ -38,6 +39,24 @@ MAX_SWIZZLE = 64
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def check_int(name: str, value, minimum: Optional[int] = 1, maximum: Optional[int] = None) -> int:
+    """``value`` as a plain int, or a TypeError/ValueError naming ``name`` and the value.
+
+    Anything with ``__index__`` (int, numpy integers) is accepted; bool is not (``True`` as an
+    extent is always a bug), nor is a float, even a whole one (``2.0`` hides a division).
+    ``minimum=1`` is for counts and extents, ``minimum=0`` for indices, ``None`` for no bound
+    (the caller checks the range itself)."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    v = operator.index(value)
+    if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
+        if maximum is not None:
+            raise ValueError(f"{name} must be in [{minimum}, {maximum}], got {v}")
+        what = "a positive int" if minimum == 1 else "a non-negative int" if minimum == 0 else f"an int >= {minimum}"
+        raise ValueError(f"{name} must be {what}, got {v}")
+    return v
 
 
 @dataclass(frozen=True)
@@ -91,7 +110,10 @@ class TileSchedule:
             raise TypeError(f"swizzle must be an int, got {self.swizzle!r}")
         if not 1 <= self.swizzle <= MAX_SWIZZLE:
             raise ValueError(f"swizzle must be in [1, {MAX_SWIZZLE}], got {self.swizzle}")
-        cluster = tuple(self.cluster)
+        try:
+            cluster = tuple(self.cluster)
+        except TypeError:  # e.g. cluster=2: say which argument, not "int is not iterable"
+            raise TypeError(f"cluster must be a pair of ints (cluster_m, cluster_n), got {self.cluster!r}") from None
         if len(cluster) != 2 or not all(isinstance(c, int) and not isinstance(c, bool) for c in cluster):
             raise ValueError(f"cluster must be a pair of ints (cluster_m, cluster_n), got {self.cluster!r}")
         if any(c not in CLUSTER_EXTENTS for c in cluster):
@@ -99,7 +121,7 @@ class TileSchedule:
         if cluster[0] * cluster[1] > MAX_CLUSTER_SIZE:
             raise ValueError(f"cluster size {cluster[0]}x{cluster[1]} exceeds the portable maximum of {MAX_CLUSTER_SIZE} CTAs")
         object.__setattr__(self, "cluster", cluster)
-        if self.raster not in ("row", "column"):
+        if not isinstance(self.raster, str) or self.raster not in ("row", "column"):
             raise ValueError(f"raster must be 'row' or 'column', got {self.raster!r}")
 
     @property
@@ -111,8 +133,13 @@ class TileSchedule:
         return self.cluster[1]
 
     def over(self, M: int, N: int, tile: Sequence[int], batch: int = 1) -> "ScheduleGrid":
-        """Bind the schedule to a problem: an (M, N) output (``batch`` of them) cut into ``tile``."""
-        return ScheduleGrid(self, M, N, int(tile[0]), int(tile[1]), batch)
+        """Bind the schedule to a problem: an (M, N) output (``batch`` of them) cut into ``tile``
+        (``(tile_m, tile_n)``; a third entry, tile_k, is ignored)."""
+        if isinstance(tile, (str, bytes)) or not hasattr(tile, "__getitem__") or not hasattr(tile, "__len__"):
+            raise TypeError(f"tile must be a sequence (tile_m, tile_n[, tile_k]) of ints, got {tile!r}")
+        if len(tile) not in (2, 3):
+            raise ValueError(f"tile must be (tile_m, tile_n) or (tile_m, tile_n, tile_k), got {tile!r}")
+        return ScheduleGrid(self, M, N, tile[0], tile[1], batch)
 
     def replace(self, **changes) -> "TileSchedule":
         return dataclasses.replace(self, **changes)
@@ -141,10 +168,10 @@ class ScheduleGrid:
     batch: int = 1
 
     def __post_init__(self) -> None:
+        if not isinstance(self.schedule, TileSchedule):
+            raise TypeError(f"schedule must be a TileSchedule, got {type(self.schedule).__name__}")
         for name in ("M", "N", "tile_m", "tile_n", "batch"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            object.__setattr__(self, name, check_int(name, getattr(self, name)))
 
     # -- extents ---------------------------------------------------------------------------
     @property
@@ -174,8 +201,10 @@ class ScheduleGrid:
         return self.coord_batched(t)[1:]
 
     def coord_batched(self, t: int) -> tuple[int, int, int]:
+        if type(t) is not int:  # the hot path (property tests, order) skips the slower check
+            t = check_int("t", t, minimum=None)
         if not 0 <= t < self.num_ids:
-            raise IndexError(f"tile id {t} outside [0, {self.num_ids})")
+            raise IndexError(f"tile id t = {t} outside [0, {self.num_ids})")
         per_batch = self.clusters_m * self.clusters_n
         l, t = divmod(t, per_batch)
         s = self.schedule.swizzle
@@ -192,6 +221,12 @@ class ScheduleGrid:
 
     def cta_tiles(self, cluster_row: int, cluster_col: int) -> list[tuple[int, int]]:
         """In-bounds CTA tiles (m, n) of one cluster; tail CTAs (outside Mt x Nt) are left out."""
+        if type(cluster_row) is not int or type(cluster_col) is not int:  # hot path: plain ints
+            cluster_row = check_int("cluster_row", cluster_row, minimum=0)
+            cluster_col = check_int("cluster_col", cluster_col, minimum=0)
+        if not (0 <= cluster_row < self.clusters_m and 0 <= cluster_col < self.clusters_n):
+            raise IndexError(f"cluster_row, cluster_col = ({cluster_row}, {cluster_col}) outside the "
+                             f"{self.clusters_m} x {self.clusters_n} cluster grid")
         cm, cn = self.schedule.cluster
         return [
             (cluster_row * cm + rm, cluster_col * cn + rn)
@@ -203,8 +238,14 @@ class ScheduleGrid:
     # -- the clock -------------------------------------------------------------------------
     def tiles_of(self, worker: int, workers: int) -> Iterator[WorkTile]:
         """What worker ``worker`` of ``workers`` visits, step by step."""
+        # Checked here, not on the first next(): a bad call fails where it is made.
+        workers = check_int("workers", workers)
+        worker = check_int("worker", worker, minimum=None)
         if not 0 <= worker < workers:
             raise ValueError(f"worker {worker} outside [0, {workers})")
+        return self._visits(worker, workers)
+
+    def _visits(self, worker: int, workers: int) -> Iterator[WorkTile]:
         for step, t in enumerate(range(worker, self.num_ids, workers)):
             l, r, c = self.coord_batched(t)
             yield WorkTile(step, t, l, r, c)
@@ -212,6 +253,7 @@ class ScheduleGrid:
     def order(self, workers: int) -> list[tuple[int, int, int, int, int]]:
         """Full order: ``(worker, step, batch, cluster_row, cluster_col)`` for every visit,
         sorted by worker then step. This is what the C++ parity entry point returns."""
+        workers = check_int("workers", workers)
         return [(w, *self._flat(v)) for w in range(workers) for v in self.tiles_of(w, workers)]
 
     @staticmethod
@@ -219,11 +261,14 @@ class ScheduleGrid:
         return (v.step, v.batch, v.cluster_row, v.cluster_col)
 
     def waves(self, workers: int) -> int:
-        return ceil_div(self.num_ids, workers)
+        return ceil_div(self.num_ids, check_int("workers", workers))
 
 
 def default_workers(sm_count: int, schedule: TileSchedule) -> int:
     """Persistent workers that fit: one CTA per SM, whole clusters only."""
+    sm_count = check_int("sm_count", sm_count)
+    if not isinstance(schedule, TileSchedule):
+        raise TypeError(f"schedule must be a TileSchedule, got {type(schedule).__name__}")
     return max(1, sm_count // (schedule.cluster_m * schedule.cluster_n))
 
 
@@ -251,7 +296,11 @@ class WaveFootprint(NamedTuple):
 def _as_config(config):
     from .catalogue import KernelConfig
 
-    return KernelConfig.from_name(config) if isinstance(config, str) else config
+    if isinstance(config, str):
+        return KernelConfig.from_name(config)
+    if not isinstance(config, KernelConfig):
+        raise TypeError(f"config must be a KernelConfig or a canonical config name, got {type(config).__name__}")
+    return config
 
 
 def operand_bytes(dtype: str):
@@ -260,6 +309,8 @@ def operand_bytes(dtype: str):
 
     from .catalogue import DTYPE_BYTES
 
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {tuple(DTYPE_BYTES)}, got {dtype!r}")
     a = Fraction(DTYPE_BYTES[dtype])
     return a, (Fraction(1, 2) if dtype == "e4m3xe2m1" else a)
 
@@ -281,11 +332,10 @@ def wave_footprint(config, M: int, N: int, K: int, workers: int, *, batch: int =
     [(2, 4), (2, 4)]
     """
     config = _as_config(config)
-    if not isinstance(K, int) or K < 1:
-        raise ValueError(f"K must be a positive int, got {K!r}")
-    if not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    K = check_int("K", K)
+    workers = check_int("workers", workers)
     g = _config_grid(config, M, N, batch)
+    M, N = g.M, g.N
     a_el, b_el = operand_bytes(config.dtype)
     tm, tn = g.tile_m, g.tile_n
     out = []
@@ -316,8 +366,12 @@ def footprint_summary(
     ``compulsory_bytes`` is every operand byte once; their ratio is ``traffic_ratio``.
     """
     config = _as_config(config)
-    fps = footprints if footprints is not None else wave_footprint(config, M, N, K, workers, batch=batch)
+    K, workers = check_int("K", K), check_int("workers", workers)
     g = _config_grid(config, M, N, batch)
+    M, N, batch = g.M, g.N, g.batch
+    fps = footprints if footprints is not None else wave_footprint(config, M, N, K, workers, batch=batch)
+    if not fps:
+        raise ValueError("footprints must hold at least one wave (as wave_footprint returns), got none")
     a_el, b_el = operand_bytes(config.dtype)
     compulsory = ceil_div(batch * M * K * a_el.numerator, a_el.denominator) + ceil_div(
         batch * N * K * b_el.numerator, b_el.denominator
@@ -360,6 +414,8 @@ def _mib(b: float) -> str:
 
 def format_footprint(footprints: Sequence[WaveFootprint], max_rows: int | None = None) -> str:
     """Plain-text table, one row per wave (the middle elided past ``max_rows``)."""
+    if max_rows is not None:
+        max_rows = check_int("max_rows", max_rows)
     head = ("wave", "ids", "tiles", "A panels", "B panels", "A MiB", "B MiB", "total MiB")
     rows = [
         (str(f.wave), str(f.visits), str(f.tiles), str(f.a_panels), str(f.b_panels), _mib(f.a_bytes), _mib(f.b_bytes), _mib(f.total_bytes))
@@ -404,6 +460,7 @@ def visit_grid(config, M: int, N: int, workers: int):
     """``(step, worker)``: two ``Mt x Nt`` lists of lists; tile ``(m, n)`` is produced by worker
     ``worker[m][n]`` at its step ``step[m][n]`` (batch 1)."""
     config = _as_config(config)
+    workers = check_int("workers", workers)
     g = _config_grid(config, M, N)
     step = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
     worker = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
@@ -419,6 +476,15 @@ def plot(config, M: int, N: int, path, workers: int | None = None, sm_count: int
     :data:`PLOT_ANNOTATE_MAX` tiles a side. ``workers`` defaults to
     :func:`default_workers` of ``sm_count``. Returns ``path``. Needs matplotlib
     (``pip install matplotlib`` or ``pip install persistent_gemm[plot]``)."""
+    # Arguments first: a bad one is reported whether or not matplotlib is there.
+    config = _as_config(config)
+    check_int("sm_count", sm_count)  # checked even when workers is given: still a mistake
+    if workers is None:
+        workers = default_workers(sm_count, config.schedule)
+    else:
+        workers = check_int("workers", workers)
+    g = _config_grid(config, M, N)
+    M, N = g.M, g.N
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -427,10 +493,6 @@ def plot(config, M: int, N: int, path, workers: int | None = None, sm_count: int
             "persistent_gemm.schedule.plot needs matplotlib: pip install matplotlib "
             "(or pip install 'persistent_gemm[plot]')"
         ) from e
-    config = _as_config(config)
-    if workers is None:
-        workers = default_workers(sm_count, config.schedule)
-    g = _config_grid(config, M, N)
     step, worker = visit_grid(config, M, N, workers)
     Mt, Nt = g.tiles_m, g.tiles_n
     cell = 0.32 if max(Mt, Nt) <= PLOT_ANNOTATE_MAX else 0.1

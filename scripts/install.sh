@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs everything persistent_gemm needs into one Python environment (see common.sh for
+# which) and builds the extension in place. Used by setup_and_demo.sh and setup_and_test.sh
+# (the README's two commands); run on its own, it only installs.
+#
+# Environment:
+#   PYTHON        the interpreter to install into (default: see common.sh)
+#   TORCH_SPEC    what to pip-install for torch (default: torch; e.g. 'torch==2.14.1', or
+#                 'torch --index-url https://download.pytorch.org/whl/cu128' for a given CUDA)
+#   MAX_JOBS      parallel compile jobs (default: the number of cores)
+#   TORCH_CUDA_ARCH_LIST, PGEMM_KERNELS, CUDA_HOME, PGEMM_CUTLASS_PATH: see README.md
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+cd "$ROOT"
+
+# Fail before downloading gigabytes, not after: the interpreter and the CUDA toolkit.
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+  || die "Python >= 3.10 is required, '$PY' is $("$PY" -c 'import sys; print(sys.version.split()[0])')"
+"$PY" -m pip --version >/dev/null 2>&1 || die "'$PY -m pip' does not work; install pip for it"
+nvcc=""
+for c in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+  if [ -n "$c" ] && [ -x "$c/bin/nvcc" ]; then nvcc="$c/bin/nvcc"; break; fi
+done
+[ -n "$nvcc" ] || nvcc=$(command -v nvcc || true)
+[ -n "$nvcc" ] || die "no CUDA toolkit found (nvcc): install CUDA >= 12.8, or set CUDA_HOME to it"
+
+echo "== install ($("$PY" -c 'import sys; print(sys.executable)'))"
+# TORCH_SPEC may carry pip options (--index-url ...): split it into words on purpose.
+read -r -a torch_spec <<< "${TORCH_SPEC:-torch}"
+"$PY" -m pip install -q "${torch_spec[@]}"
+"$PY" -m pip install -q --no-deps nvidia-cutlass==4.2.0.0   # CUTLASS headers only, no CUDA wheels
+"$PY" -m pip install -q ninja pybind11 setuptools wheel pytest hypothesis matplotlib
+
+echo "== build"
+# --no-build-isolation: the extension must compile against the torch installed above (an
+# isolated build would fetch another torch); --no-deps: everything is installed already.
+jobs=${MAX_JOBS:-$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
+start=$(date +%s)
+MAX_JOBS=$jobs "$PY" -m pip install -q --no-build-isolation --no-deps -e .
+end=$(date +%s)
+echo "build took $((end - start)) s"
