@@ -120,10 +120,10 @@ class KernelConfig:
             if self.dtype == "e4m3" and self.accum == "promoted":
                 # A cooperative tile is split over 256 consumer threads, a ping-pong tile is one WG's.
                 acc = tm * tn // (256 if self.kernel == "cooperative" else 128)
-                if 2 * acc > SM90_ACCUMULATOR_REGISTER_BUDGET:
-                    return (f"promoted FP8 accumulation keeps a second fp32 accumulator: 2 x {acc} registers per "
-                            f"consumer thread exceed the {SM90_ACCUMULATOR_REGISTER_BUDGET} available for "
-                            f"accumulators (use a smaller tile, or accum='fast')")
+                if 3 * acc > SM90_ACCUMULATOR_REGISTER_BUDGET:
+                    return (f"promoted FP8 accumulation keeps an fp32 accumulator and two in-flight temporaries: "
+                            f"3 x {acc} registers per consumer thread exceed the {SM90_ACCUMULATOR_REGISTER_BUDGET} "
+                            f"available for accumulators (use a smaller tile, or accum='fast')")
         else:
             want = (64, 128) if self.kernel == "1sm" else (128, 256)
             if tm not in want:
@@ -251,8 +251,8 @@ def _cfg(tile, swizzle, cluster, kernel="cooperative", dtype="bf16", arch="sm90a
 CATALOGUE: tuple[KernelConfig, ...] = (
     _cfg((128, 256, 64), 8, (2, 1)),
     _cfg((128, 256, 64), 8, (2, 1), dtype="fp16"),
-    # FP8, promoted accumulation (the default, torch._scaled_mm's accuracy): the second fp32
-    # accumulator rules out 128x256 cooperative and 128x128 ping-pong tiles (register budget).
+    # FP8, promoted accumulation (the default, torch._scaled_mm's accuracy): the fp32 accumulator
+    # and two temporaries rule out 128x256 cooperative and 128x128 ping-pong tiles (registers).
     _cfg((128, 128, 128), 8, (2, 1), dtype="e4m3"),
     # FP8, fast accumulation (use_fast_accum=True), for the compute-bound shapes where it pays.
     _cfg((128, 256, 128), 8, (2, 1), dtype="e4m3", accum="fast"),

@@ -8,9 +8,10 @@
 //   else row-major. FP8 (e4m3) operands must both be K-major (the only GMMA fp8 smem layout).
 // Mainloop: CUTLASS's TMA + GMMA warp-specialized collective, chosen by MainloopSelector from
 //           the style and the accumulation tag. FP8 has two: AccumPromoted adds each K-tile's
-//           partial sums into a second, fp32 accumulator (torch._scaled_mm's default accuracy);
-//           AccumFast keeps them in the tensor core's reduced-precision accumulator for the
-//           whole K loop (use_fast_accum=True), whose error grows with K.
+//           partial sums into an fp32 accumulator (torch._scaled_mm's default accuracy) without
+//           draining the wgmma queue (collective/sm90_fp8_promoted_mma.hpp, over CUTLASS's FP8
+//           collective); AccumFast keeps them in the tensor core's reduced-precision accumulator
+//           for the whole K loop (use_fast_accum=True), whose error grows with K.
 // Epilogue: TmaStore  -> CUTLASS TMA warp-specialized epilogue with an EVT for the scale;
 //                        needs a 16 B aligned D pointer, ldd AND N (a TMA store writes whole
 //                        16 B chunks at the N edge); otherwise use the !TmaStore variant.
@@ -36,6 +37,7 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/dispatch_policy.hpp"
 
+#include "persistent_gemm/collective/sm90_fp8_promoted_mma.hpp"
 #include "persistent_gemm/epilogue/sm90_predicated_epilogue.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
@@ -201,10 +203,10 @@ struct Sm90Gemm {
   static_assert(kFp8 || std::is_same_v<Accum, AccumPromoted>,
                 "fast accumulation is an FP8 mainloop option; 16-bit operands always accumulate in fp32");
   static constexpr bool kPromotedFp8 = kFp8 && std::is_same_v<Accum, AccumPromoted>;
-  static_assert(!kPromotedFp8 || 2 * sm90_detail::accumulator_registers<TileShape, kCooperative>() <=
+  static_assert(!kPromotedFp8 || 3 * sm90_detail::accumulator_registers<TileShape, kCooperative>() <=
                                      sm90_detail::kAccumulatorRegisterBudget,
-                "promoted FP8 accumulation holds a second fp32 accumulator: 2 x the tile's accumulator registers "
-                "per consumer thread exceed the budget (use a smaller tile, or AccumFast)");
+                "promoted FP8 accumulation holds an fp32 accumulator and two in-flight temporaries: 3 x the tile's "
+                "accumulator registers per consumer thread exceed the budget (use a smaller tile, or AccumFast)");
 
   using LayoutA = std::conditional_t<AKMajor, sm90_detail::RowMajor, sm90_detail::ColumnMajor>;
   using LayoutB = std::conditional_t<BKMajor, sm90_detail::ColumnMajor, sm90_detail::RowMajor>;
@@ -220,9 +222,11 @@ struct Sm90Gemm {
       cutlass::gemm::collective::StageCountAutoCarveout<sm90_detail::kernel_carveout_bytes<CollectiveEpilogue>()>,
       cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB, LayoutB, kAlignB,
       float, TileShape, ClusterShape, StageCount, MainloopSchedule>::CollectiveOp;
+  using CollectiveMainloop = std::conditional_t<
+      kPromotedFp8, persistent_gemm::collective::Sm90Fp8OverlappedPromotionMma<BuiltMainloop>, BuiltMainloop>;
 
   using Kernel = Sm90GemmPersistent<CollectiveMainloop, CollectiveEpilogue, ScheduleTag, Style>;
   using Arguments = typename Kernel::Arguments;

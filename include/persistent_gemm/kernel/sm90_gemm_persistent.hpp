@@ -88,8 +88,15 @@ class Sm90GemmPersistent {
 
   // Same split as CUTLASS: 40 / 232 (x 128 + 2 x 128 = 64.5K registers), moving to 24 / 240 when a
   // consumer thread holds >= 208 accumulator registers (e.g. a 128x256 ping-pong tile).
-  static constexpr int kAccRegsPerThread =
-      kTileM * kTileN / int(kMmaThreads) * int(sizeof(ElementAccumulator)) / int(sizeof(uint32_t));
+  // A mainloop may keep several accumulator-sized register sets (kAccumulatorCopies, e.g. the
+  // promoting FP8 mainloop's temporaries); CUTLASS's own keep their extras out of this count.
+  template <class M, class = void>
+  struct AccumulatorCopies : std::integral_constant<int, 1> {};
+  template <class M>
+  struct AccumulatorCopies<M, std::void_t<decltype(M::kAccumulatorCopies)>>
+      : std::integral_constant<int, M::kAccumulatorCopies> {};
+  static constexpr int kAccRegsPerThread = AccumulatorCopies<CollectiveMainloop>::value * kTileM * kTileN /
+                                           int(kMmaThreads) * int(sizeof(ElementAccumulator)) / int(sizeof(uint32_t));
   static constexpr bool kHeavyRegisterPressure = kAccRegsPerThread >= 208;
   static constexpr uint32_t kLoadRegisters = kHeavyRegisterPressure ? 24 : 40;
   static constexpr uint32_t kMmaRegisters = kHeavyRegisterPressure ? 240 : 232;
