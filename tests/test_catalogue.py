@@ -1,0 +1,168 @@
+"""CPU tests of the kernel catalogue (:mod:`persistent_gemm.catalogue`): canonical names
+round-trip, every invalid config or name is rejected with a reason, lookups."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import CLUSTERS, schedules
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from persistent_gemm.catalogue import (
+    ACCUMS,
+    CATALOGUE,
+    DTYPE_BYTES,
+    FAST_ACCUM_DTYPES,
+    KERNEL_STYLES,
+    ConfigError,
+    KernelConfig,
+    lookup,
+)
+from persistent_gemm.schedule import TileSchedule
+
+@pytest.mark.parametrize("cfg", CATALOGUE, ids=lambda c: c.name)
+def test_catalogue_name_round_trip(cfg):
+    assert cfg.rejection() is None
+    back = KernelConfig.from_name(cfg.name)
+    assert back == cfg
+    assert back.name == cfg.name == str(cfg)
+    assert lookup(cfg.name) is cfg
+    assert cfg.template_args()["name"] == cfg.name
+
+
+def test_catalogue_names_are_unique():
+    names = [c.name for c in CATALOGUE]
+    assert len(names) == len(set(names))
+
+
+def test_fastacc_token_marks_fast_accumulation():
+    # Tests and the dispatcher read the accumulation mode from the name's _fastacc token.
+    for c in CATALOGUE:
+        assert ("_fastacc" in c.name) == (c.accum == "fast"), c.name
+
+
+@st.composite
+def valid_configs(draw):
+    arch = draw(st.sampled_from(["sm90a", "sm100a"]))
+    kernel = draw(st.sampled_from(KERNEL_STYLES[arch]))
+    dtypes = ["bf16", "fp16", "e4m3"] if arch == "sm90a" else ["bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"]
+    dtype = draw(st.sampled_from(dtypes))
+    tk = draw(st.sampled_from([64, 128])) // DTYPE_BYTES[dtype]
+    tm = draw(st.sampled_from({"cooperative": [128, 256], "pingpong": [64, 128], "1sm": [64, 128], "2sm": [128, 256]}[kernel]))
+    tn = 16 * draw(st.integers(1, 16))
+    clusters = [c for c in CLUSTERS if kernel != "2sm" or c[0] % 2 == 0]
+    schedule = TileSchedule(
+        swizzle=draw(st.integers(1, 64)),
+        cluster=draw(st.sampled_from(clusters)),
+        raster=draw(st.sampled_from(["row", "column"])),
+    )
+    stages = draw(st.one_of(st.none(), st.integers(2, 12)))
+    accum = draw(st.sampled_from(ACCUMS)) if dtype in FAST_ACCUM_DTYPES else "promoted"
+    try:
+        return KernelConfig(tile=(tm, tn, tk), schedule=schedule, stages=stages, kernel=kernel, dtype=dtype,
+                            arch=arch, accum=accum)
+    except ConfigError as e:
+        # The one rule these draws can break: promoted FP8 holds a second fp32 accumulator,
+        # which large tiles have no registers for.
+        assert "accumulator" in str(e), e
+        assume(False)
+
+
+@settings(deadline=None, max_examples=300)
+@given(cfg=valid_configs())
+def test_generated_config_name_round_trip(cfg):
+    name = cfg.name
+    back = KernelConfig.from_name(name)
+    assert back == cfg
+    assert back.name == name
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    arch=st.sampled_from(["sm90a", "sm100a"]),
+    kernel=st.sampled_from(["cooperative", "pingpong", "1sm", "2sm"]),
+    dtype=st.sampled_from(["bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"]),
+    tile=st.tuples(st.sampled_from([32, 64, 128, 256]), st.integers(1, 20).map(lambda k: 16 * k - 8 * (k % 3 == 0)), st.sampled_from([32, 64, 128, 256])),
+    schedule=schedules,
+    stages=st.one_of(st.none(), st.integers(0, 14)),
+    accum=st.sampled_from(ACCUMS),
+)
+def test_any_config_is_valid_and_round_trips_or_raises_config_error_with_a_reason(arch, kernel, dtype, tile, schedule,
+                                                                                   stages, accum):
+    try:
+        cfg = KernelConfig(tile=tile, schedule=schedule, stages=stages, kernel=kernel, dtype=dtype, arch=arch,
+                           accum=accum)
+    except ConfigError as e:
+        msg = str(e)
+        assert msg.startswith("invalid kernel config: ") and len(msg) > len("invalid kernel config: ") + 10
+        # spelled as a name, the same config is rejected for the same reason
+        token = {"cooperative": "coop", "pingpong": "pp", "1sm": "1sm", "2sm": "2sm"}[kernel]
+        name = (
+            f"{arch}_{dtype}_{tile[0]}x{tile[1]}x{tile[2]}_c{schedule.cluster_m}x{schedule.cluster_n}"
+            f"_sw{schedule.swizzle}_{schedule.raster}_{token}" + ("_fastacc" if accum == "fast" else "")
+            + ("" if stages is None else f"_s{stages}")
+        )
+        with pytest.raises(ConfigError) as again:
+            KernelConfig.from_name(name)
+        assert str(again.value) == msg
+        return
+    assert cfg.rejection() is None
+    assert KernelConfig.from_name(cfg.name) == cfg
+
+
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("", r"is not of the form"),
+        ("sm80_bf16_128x256x64_c2x1_sw8_row_coop", r"is not of the form"),
+        ("sm90a_bf16_128x256x64_c2x1_sw8_row_coop_extra", r"is not of the form"),
+        ("sm90a_bf16_128x256x64_c2x1_sw8_diag_coop", r"is not of the form"),
+        ("sm90a_int8_128x256x64_c2x1_sw8_row_coop", r"is not of the form"),
+        ("SM90A_BF16_128X256X64_C2X1_SW8_ROW_COOP", r"is not of the form"),
+        ("sm90a_bf16_128x256x64_c3x1_sw8_row_coop", r"cluster extents must each be one of"),
+        ("sm90a_bf16_128x256x64_c4x4_sw8_row_coop", r"exceeds the portable maximum"),
+        ("sm90a_bf16_128x256x64_c2x1_sw0_row_coop", r"swizzle must be in \[1, 64\]"),
+        ("sm90a_bf16_128x256x64_c2x1_sw65_row_coop", r"swizzle must be in \[1, 64\]"),
+        ("sm90a_bf16_128x256x128_c2x1_sw8_row_coop", r"tile_k=128 x 2 B is not one 64 B or 128 B"),
+        ("sm90a_bf16_64x256x64_c2x1_sw8_row_coop", r"tile_m must be 128 or 256"),
+        ("sm90a_bf16_256x256x64_c2x1_sw8_row_pp", r"tile_m must be 64 or 128"),
+        ("sm90a_bf16_128x250x64_c2x1_sw8_row_coop", r"multiple of 16"),
+        ("sm90a_bf16_128x256x64_c2x1_sw8_row_1sm", r"does not exist on sm90a"),
+        ("sm100a_bf16_128x256x64_c2x1_sw8_row_coop", r"does not exist on sm100a"),
+        ("sm90a_mxfp8_128x256x128_c2x1_sw8_row_coop", r"needs block-scaled tensor cores"),
+        ("sm100a_bf16_128x256x64_c1x1_sw8_row_2sm", r"cluster_m must be even"),
+        ("sm100a_bf16_256x256x64_c2x1_sw8_row_1sm", r"1sm UMMA needs tile_m in"),
+        ("sm90a_bf16_128x256x64_c2x1_sw8_row_coop_s1", r"stages must be None"),
+        ("sm90a_bf16_128x256x64_c2x1_sw8_row_coop_s13", r"stages must be None"),
+        ("sm90a_bf16_128x256x64_c2x1_sw8_row_coop_fastacc", r"accum='fast' is an FP8 mainloop option"),
+        ("sm90a_e4m3_128x256x128_c2x1_sw8_row_coop", r"promoted FP8 accumulation keeps"),
+        ("sm90a_e4m3_128x256x128_c2x1_sw8_row_coop_s4_fastacc", r"is not of the form"),
+    ],
+)
+def test_invalid_names_raise_config_error_with_reason(name, match):
+    with pytest.raises(ConfigError, match=match):
+        KernelConfig.from_name(name)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(arch="sm80"), r"arch must be one of"),
+        (dict(dtype="int8"), r"dtype must be one of"),
+        (dict(kernel="2sm"), r"kernel style '2sm' does not exist on sm90a"),
+        (dict(tile=(128, 256)), r"tile must be \(tile_m, tile_n, tile_k\)"),
+        (dict(schedule=(8, (2, 1), "row")), r"schedule must be a TileSchedule"),
+        (dict(tile=(128, 256, 32), dtype="e4m3"), r"tile_k=32 x 1 B"),
+        (dict(dtype="e4m3xe2m1"), r"needs block-scaled"),
+        (dict(accum="slow"), r"accum must be one of"),
+    ],
+)
+def test_invalid_configs_raise_config_error_with_reason(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        KernelConfig(**kwargs)
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_lookup_unknown_name_lists_the_catalogue():
+    with pytest.raises(ConfigError, match=r"unknown config 'nope'; the catalogue has: .*sm90a_bf16_128x256x64_c2x1_sw8_row_coop"):
+        lookup("nope")

@@ -1,0 +1,115 @@
+"""CPU tests of ``python -m persistent_gemm schedule``: the printed grid, waves and footprint,
+the PNG, argument errors, and that it runs without the compiled extension."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import PNG_MAGIC, REPO
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["MPLBACKEND"] = "Agg"
+    return env
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "persistent_gemm", *args],
+        capture_output=True, text=True, env=_env(), cwd=cwd or REPO, timeout=120,
+    )
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_cli_schedule_writes_png(tmp_path):
+    out = tmp_path / "order.png"
+    p = _cli(
+        "schedule", "--m", "8192", "--n", "8192", "--k", "8192", "--swizzle", "8", "--cluster", "2x1",
+        "--raster", "row", "--tile", "128x256x64", "--kernel", "cooperative", "--dtype", "bf16",
+        "--arch", "sm90a", "--sms", "132", "--out", str(out),
+    )
+    assert "sm90a_bf16_128x256x64_c2x1_sw8_row_coop" in p.stdout
+    assert "Mt x Nt = 64 x 32" in p.stdout and "Mc x Nc = 32 x 32" in p.stdout
+    assert "ids = 1024" in p.stdout and "66 (132 SMs" in p.stdout and "waves = 16" in p.stdout
+    assert "1168.0 MiB" in p.stdout
+    if _has_matplotlib():
+        assert p.returncode == 0, p.stderr
+        assert out.read_bytes()[:8] == PNG_MAGIC
+    else:
+        assert p.returncode != 0 and "pip install matplotlib" in p.stderr
+
+
+def _main(capsys, *args):
+    """The CLI in-process (a fresh interpreter costs seconds once the package imports torch)."""
+    from persistent_gemm.__main__ import main
+
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_schedule_with_config_name_and_workers(capsys):
+    name = "sm90a_bf16_128x256x64_c2x1_sw1_row_coop"
+    rc, out, err = _main(capsys, "schedule", "--m", "8192", "--n", "8192", "--config", name, "--workers", "66", "--per-wave")
+    assert rc == 0, err
+    assert name in out and "66 (given)" in out
+    assert "2236.0 MiB" in out
+    assert sum(1 for line in out.splitlines() if line.split()[:1] and line.split()[0].isdigit()) == 16
+
+
+def test_cli_schedule_defaults_and_kernel_aliases(capsys):
+    rc, out, _ = _main(capsys, "schedule", "--m", "4096", "--n", "4096")
+    assert rc == 0 and "config    sm90a_bf16_128x256x64_c2x1_sw8_row_coop" in out
+    rc, out, _ = _main(capsys, "schedule", "--m", "4096", "--n", "4096", "--kernel", "pp", "--tile", "64x128x64", "--cluster", "1x1")
+    assert rc == 0 and "sm90a_bf16_64x128x64_c1x1_sw8_row_pp" in out and "workers   132 (132 SMs" in out
+    rc, out, _ = _main(capsys, "schedule", "--m", "4096", "--n", "4096", "--arch", "sm100a", "--dtype", "e4m3xe2m1", "--tile", "128x256x128")
+    assert rc == 0 and "sm100a_e4m3xe2m1_128x256x128_c2x1_sw8_row_1sm" in out and "B 0.5 B/elem" in out
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--config", "sm90a_bf16_128x256x64_c2x1_sw8_row_coop", "--swizzle", "4"], "drop --swizzle"),
+        (["--config", "sm90a_bf16_128x256x64_c3x1_sw8_row_coop"], "cluster extents"),
+        (["--tile", "64x256x64"], "tile_m must be 128 or 256"),
+        (["--cluster", "2by1"], "--cluster must look like NxN"),
+        (["--swizzle", "0"], r"swizzle must be in"),
+        (["--workers", "0"], "--workers must be >= 1"),
+    ],
+)
+def test_cli_schedule_errors(capsys, args, match):
+    rc, _, err = _main(capsys, "schedule", "--m", "1024", "--n", "1024", *args)
+    assert rc == 2
+    assert re.search(match, err), err
+
+
+def test_cli_requires_a_subcommand(capsys):
+    with pytest.raises(SystemExit) as e:
+        _main(capsys)
+    assert e.value.code == 2 and "usage" in capsys.readouterr().err
+
+
+def test_cli_schedule_does_not_import_the_extension():
+    code = (
+        "import sys, persistent_gemm; before = set(sys.modules)\n"
+        "from persistent_gemm.__main__ import main\n"
+        "rc = main(['schedule', '--m', '2048', '--n', '2048'])\n"
+        "print(sorted(m for m in set(sys.modules) - before if m.startswith('persistent_gemm')))\n"
+        "sys.exit(rc)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120)
+    assert p.returncode == 0, p.stderr
+    loaded = eval(p.stdout.strip().splitlines()[-1])
+    assert set(loaded) <= {"persistent_gemm.__main__", "persistent_gemm.schedule", "persistent_gemm.catalogue"}, loaded
