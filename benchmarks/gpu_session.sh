@@ -3,7 +3,7 @@
 # Run from the repository root with the CUTLASS wheel downloaded into .whl/ (README,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
-#   bash benchmarks/gpu_session.sh build|test|accuracy|bench [extra bench_mm.py arguments]
+#   bash benchmarks/gpu_session.sh build|test|sanitize|accuracy|bench [extra bench_mm.py arguments]
 set -uo pipefail
 OUT=${OUT:-benchmarks/results/run}
 mkdir -p "$OUT"
@@ -25,6 +25,15 @@ case "${1:-}" in
   test)
     python3 -m pytest tests -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
     ;;
+  sanitize)
+    # memcheck over tail shapes of every built kernel (out-of-bounds TMA boxes, predicated stores).
+    shift
+    compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize_tails.py "$@" \
+      > "$OUT/sanitize.log" 2>&1
+    rc=$?
+    tail -3 "$OUT/sanitize.log"
+    echo "sanitize rc=$rc"
+    ;;
   accuracy)
     python3 benchmarks/accuracy_scaled_mm.py --out "$OUT/h200_scaled_mm_accuracy" 2>&1 | tail -14
     ;;
@@ -33,7 +42,7 @@ case "${1:-}" in
     python3 benchmarks/bench_mm.py --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/bench.log" | grep -v "^sweep" | tail -60
     ;;
   *)
-    echo "usage: $0 build|test|accuracy|bench [bench args]" >&2
+    echo "usage: $0 build|test|sanitize|accuracy|bench [bench args]" >&2
     exit 2
     ;;
 esac
