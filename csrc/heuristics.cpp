@@ -194,10 +194,23 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
   for (auto const& [name, reason] : rejected)
     if (!fitting.count(name)) best.log.push_back("rejected " + name + ": " + reason);
   if (!best.entry) {
+    // One line per built config: its operand dtype and the output dtypes its variants write.
+    std::map<std::string, std::string> writes;  // config -> "e4m3 -> bf16 fp32"
+    for (int i = 0; i < table.count; ++i) {
+      KernelEntry const& e = table.entries[i];
+      std::string& w = writes[e.config];
+      std::string const d = dtype_str(e.d_dtype);
+      if (w.empty()) w = std::string(dtype_str(e.a_dtype)) + " ->";
+      if (w.find(" " + d) == std::string::npos) w += " " + d;
+    }
+    if (r.config && writes.count(*r.config)) {
+      TORCH_CHECK(false, msg(op, ": config '", *r.config, "' has no variant writing ", dtype_str(r.d), " from ",
+                  dtype_str(r.a), " with this scale mode (it has: ", writes[*r.config],
+                  "); shape-tuned configs carry only their common fast path, the first config of each "
+                  "family every output dtype. Drop config= to let the dispatcher choose."));
+    }
     std::string have;
-    for (int i = 0; i < table.count; ++i)
-      have += std::string("\n  ") + table.entries[i].config + " (" + dtype_str(table.entries[i].a_dtype) + " -> " +
-              dtype_str(table.entries[i].d_dtype) + ")";
+    for (auto const& [name, w] : writes) have += "\n  " + name + " (" + w + ")";
     TORCH_CHECK(false, msg(op, ": no built ", table.arch, " kernel fits ", dtype_str(r.a), " -> ",
                 dtype_str(r.d), r.config ? " with config '" + *r.config + "'" : std::string(),
                 "; built kernels:", table.count ? have : std::string(" none")));

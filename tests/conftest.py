@@ -392,6 +392,17 @@ def built_configs(family: str, fast_accum: Optional[bool] = None, arch: Optional
     return sorted(names)
 
 
+_REG_DTYPES = {0: torch.bfloat16, 1: torch.float16, 2: torch.float32}  # registry.h's DType
+
+
+def config_out_dtypes(name: str) -> tuple:
+    """Output dtypes a forced config serves: those its variants write, and every one if it has
+    an fp32 variant (the dispatcher casts fp32 down once). Shape-tuned configs carry only the
+    common fast path, so forcing them with another out dtype is a clear error, not a test."""
+    written = {_REG_DTYPES.get(e["d_dtype"]) for e in _built_entries() if e["config"] == name}
+    return OUT_DTYPES if torch.float32 in written else tuple(d for d in OUT_DTYPES if d in written)
+
+
 def config_is_fast_accum(name: str) -> bool:
     """Whether a built config accumulates FP8 the fast way (else by its name's token)."""
     for e in _built_entries():

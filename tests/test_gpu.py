@@ -16,6 +16,7 @@ from conftest import (
     OUT_DTYPES,
     STRIDED_MM_CASES,
     built_configs,
+    config_out_dtypes,
     catalogue_config,
     check_mm,
     operand,
@@ -108,8 +109,11 @@ def test_mm_every_config(name):
     tm = cfg.cta_tile[0]
     m = cfg.schedule.cluster_m * tm * 3 + tm + 17  # a tail cluster: M not a multiple of cluster_m * tile_m
     a, b = randn(m, 1000, dtype, seed=5, device=CUDA), randn(1000, 777, dtype, seed=6, device=CUDA)
-    run_mm(a, b, config=name)
-    run_mm(a, b, torch.float32, config=name)
+    for out_dtype in config_out_dtypes(name):
+        run_mm(a, b, out_dtype, config=name)
+    if torch.float32 not in config_out_dtypes(name):  # shape-tuned configs: a clear refusal
+        with pytest.raises(RuntimeError, match="has no variant writing"):
+            pg.mm(a, b, out_dtype=torch.float32, config=name)
 
 
 @pytest.mark.sm90

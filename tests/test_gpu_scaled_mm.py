@@ -12,6 +12,7 @@ from conftest import (
     FP8_FLOOR,
     STRIDED_SCALED_MM_CASES,
     built_configs,
+    config_out_dtypes,
     catalogue_config,
     check_scaled_mm,
     config_is_fast_accum,
@@ -82,14 +83,15 @@ def test_scaled_mm_every_config(name):
     a, b = fp8_pair(m, n, k, seed=21, device=CUDA)
     for rowwise in (False, True):
         sa, sb = fp32_scales(m, n, rowwise, seed=22, device=CUDA)
-        for out_dtype in (torch.bfloat16, torch.float32):
+        for out_dtype in config_out_dtypes(name):
             run_scaled(a, b, sa, sb, out_dtype, use_fast_accum=fast, config=name)
     if fast:  # a fast kernel needs the caller's permission
         with pytest.raises(ValueError, match="use_fast_accum"):
             pg.scaled_mm(a, b, sa, sb, use_fast_accum=False, config=name)
     else:  # a promoted kernel is allowed under use_fast_accum=True, and keeps promoted accuracy
-        out = pg.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, use_fast_accum=True, config=name)
-        check_scaled_mm(out, a, b, sa, sb, torch.float32, use_fast_accum=False)
+        out_dtype = config_out_dtypes(name)[-1]  # fp32 where the config writes it
+        out = pg.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, use_fast_accum=True, config=name)
+        check_scaled_mm(out, a, b, sa, sb, out_dtype, use_fast_accum=False)
 
 
 # -- accumulation: promoted vs fast ----------------------------------------------------------------
