@@ -204,6 +204,11 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
       if (w.find(" " + d) == std::string::npos) w += " " + d;
     }
     if (r.config && writes.count(*r.config)) {
+      bool same_operands = false;
+      for (int i = 0; i < table.count; ++i)
+        same_operands |= *r.config == table.entries[i].config && table.entries[i].a_dtype == r.a;
+      TORCH_CHECK(same_operands, msg(op, ": config '", *r.config, "' is a kernel for other operands (",
+                  writes[*r.config], "); this problem's operands are ", dtype_str(r.a)));
       TORCH_CHECK(false, msg(op, ": config '", *r.config, "' has no variant writing ", dtype_str(r.d), " from ",
                   dtype_str(r.a), " with this scale mode (it has: ", writes[*r.config],
                   "); shape-tuned configs carry only their common fast path, the first config of each "
