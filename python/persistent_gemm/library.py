@@ -1,0 +1,114 @@
+"""The lowering tables, one per concept (after CUTLASS's ``library.py``): element types with
+their C++, registry and torch spellings, and one lowering record per (arch, dtype family) that
+says how a :class:`~persistent_gemm.catalogue.KernelConfig` of that family becomes C++.
+
+:mod:`persistent_gemm.codegen` reads these to write the kernel translation units and the
+kernel table; tests and benchmarks read them for spellings. A family without a record (the MX
+families today) has schedules and a catalogue name but no kernel to generate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+__all__ = ["Element", "ELEMENTS", "Variant", "Lowering", "LOWERINGS", "lowering"]
+
+
+@dataclass(frozen=True)
+class Element:
+    """One element type. ``registry`` is its ``persistent_gemm::DType`` enumerator
+    (``include/persistent_gemm/registry.h``), ``torch`` the ``torch`` dtype attribute."""
+
+    name: str
+    cpp: str
+    registry: str
+    torch: str
+    bits: int
+
+
+ELEMENTS: dict[str, Element] = {e.name: e for e in (
+    Element("bf16", "cutlass::bfloat16_t", "BF16", "bfloat16", 16),
+    Element("fp16", "cutlass::half_t", "FP16", "float16", 16),
+    Element("fp32", "float", "FP32", "float32", 32),
+    Element("e4m3", "cutlass::float_e4m3_t", "E4M3", "float8_e4m3fn", 8),
+    Element("e8m0", "cutlass::float_ue8m0_t", "E8M0", "float8_e8m0fnu", 8),
+    Element("e2m1", "cutlass::float_e2m1_t", "E2M1", "float4_e2m1fn_x2", 4),
+)}
+
+#: Epilogue scale modes (registry.h ScaleMode) by their variant spelling.
+SCALE_MODES = {"none": "None", "tensor": "Tensorwise", "row": "Rowwise"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One instantiation of a config: operand majorness, output dtype, scales, store path."""
+
+    a_k_major: bool
+    b_k_major: bool
+    out: str
+    scale: str = "none"
+    tma_store: bool = True
+
+    @property
+    def suffix(self) -> str:
+        layout = ("ak" if self.a_k_major else "am") + ("bk" if self.b_k_major else "bn")
+        parts = [layout, self.out]
+        if self.scale != "none":
+            parts.append(self.scale)
+        parts.append("tma" if self.tma_store else "direct")
+        return "_".join(parts)
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """How configs of one (arch, family) become C++.
+
+    ``a``/``b`` name the operand elements, ``block_scale`` the per-1x32 scale element of MX
+    families (None: no mainloop scales). ``builder`` is the C++ class template in
+    ``include/persistent_gemm/kernel/<header>.hpp``; ``epilogue_args`` says whether it takes
+    the SM90 builder's trailing (scale mode, TMA store, accumulation) parameters.
+
+    Variant policy: the first catalogue config of each (arch, family, accum) -- the primary --
+    gets ``primary`` (every layout and output the dispatcher may need without a copy); configs
+    tuned for particular shapes get only ``tuned``, the common fast path.
+    """
+
+    arch: str
+    family: str
+    a: str
+    b: str
+    builder: str
+    header: str
+    primary: tuple[Variant, ...]
+    tuned: tuple[Variant, ...]
+    block_scale: Optional[str] = None
+    epilogue_args: bool = False
+
+
+def _sixteen_bit_sm90(d: str) -> dict:
+    layouts = tuple(Variant(ak, bk, d) for ak in (True, False) for bk in (True, False))
+    return dict(primary=layouts + (Variant(True, True, "fp32"), Variant(True, True, d, tma_store=False)),
+                tuned=(Variant(True, True, d),))
+
+
+_SM90 = dict(builder="persistent_gemm::kernel::Sm90Gemm", header="sm90_gemm_builder", epilogue_args=True)
+_SM100 = dict(builder="persistent_gemm::kernel::Sm100Gemm", header="sm100_gemm_builder")
+_FP8_TUNED = (Variant(True, True, "bf16", "tensor"), Variant(True, True, "bf16", "row"))
+
+LOWERINGS: dict[tuple[str, str], Lowering] = {(r.arch, r.family): r for r in (
+    Lowering("sm90a", "bf16", "bf16", "bf16", **_SM90, **_sixteen_bit_sm90("bf16")),
+    Lowering("sm90a", "fp16", "fp16", "fp16", **_SM90, **_sixteen_bit_sm90("fp16")),
+    Lowering("sm90a", "e4m3", "e4m3", "e4m3", **_SM90,
+             primary=_FP8_TUNED + (Variant(True, True, "fp32", "tensor"), Variant(True, True, "fp32", "row")),
+             tuned=_FP8_TUNED),
+    Lowering("sm100a", "bf16", "bf16", "bf16", **_SM100,
+             primary=(Variant(True, True, "bf16"),), tuned=(Variant(True, True, "bf16"),)),
+    Lowering("sm100a", "fp16", "fp16", "fp16", **_SM100,
+             primary=(Variant(True, True, "fp16"),), tuned=(Variant(True, True, "fp16"),)),
+)}
+
+
+def lowering(arch: str, family: str) -> Optional[Lowering]:
+    """The record for (arch, family), or None where no kernel is generated yet."""
+    return LOWERINGS.get((arch, family))
