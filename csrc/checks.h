@@ -17,6 +17,13 @@ struct Problem {
 
 enum class ScaleKind { Tensorwise, Rowwise };
 
+// Layout of MX block scales (python/persistent_gemm/scale_layout.py): plain row-major
+// (rows, ceil(K/32)), or the 128x4-tile "blocked" layout block-scaled tensor cores read.
+enum class ScaleLayout { Plain, Blocked };
+ScaleLayout parse_scale_layout(char const* op, c10::string_view layout);
+// Elements of a blocked scale for (rows, blocks): both padded (to 128 rows, 4 blocks).
+int64_t blocked_scale_numel(int64_t rows, int64_t blocks);
+
 Problem check_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
                  std::optional<at::ScalarType> out_dtype);
 
@@ -27,11 +34,11 @@ Problem check_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b
 
 Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
                        at::Tensor const& b, at::Tensor const& b_scale,
-                       std::optional<at::ScalarType> out_dtype);
+                       std::optional<at::ScalarType> out_dtype, ScaleLayout layout);
 
 Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
                          at::Tensor const& b, at::Tensor const& b_scale,
-                         std::optional<at::ScalarType> out_dtype);
+                         std::optional<at::ScalarType> out_dtype, ScaleLayout layout);
 
 // `config` must name a catalogue entry of the given dtype family ("bf16"/"fp16" for mm,
 // "e4m3", "mxfp8", "e4m3xe2m1"); an unknown name lists the catalogue.

@@ -254,26 +254,25 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
 namespace {
 [[noreturn]] void block_scaled_unavailable(char const* op, at::Tensor const& a) {
   auto const* prop = &device_info(a.get_device());
-  TORCH_CHECK(false, msg(op, ": not implemented for this GPU (", prop->name, ", sm_", prop->major,
-              prop->minor, "): block-scaled MX kernels need sm_100a tensor cores and none is built "
-              "yet. The CPU reference runs: call it with CPU tensors."));
+  TORCH_CHECK(false, msg(op, ": no CUDA kernel for this op exists yet on this GPU (", prop->name, ", sm_",
+              prop->major, prop->minor, "); the CPU reference runs: call it with CPU tensors."));
 }
 }  // namespace
 
 at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                          at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
-                         std::optional<c10::string_view> config) {
+                         c10::string_view scale_layout, std::optional<c10::string_view> config) {
   char const* op = "persistent_gemm.mxfp8_mm";
-  check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype);
+  check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype, parse_scale_layout(op, scale_layout));
   check_config(op, config, {"mxfp8"});
   block_scaled_unavailable(op, a);
 }
 
 at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                            at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
-                           std::optional<c10::string_view> config) {
+                           c10::string_view scale_layout, std::optional<c10::string_view> config) {
   char const* op = "persistent_gemm.fp8_fp4_mm";
-  check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype);
+  check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype, parse_scale_layout(op, scale_layout));
   check_config(op, config, {"e4m3xe2m1"});
   block_scaled_unavailable(op, a);
 }

@@ -14,6 +14,17 @@
 namespace persistent_gemm {
 namespace {
 
+// A blocked-layout scale (scale_layout.py) back to plain (rows, blocks): tile (band, t) holds
+// local row 32 i + j, block c at byte 16 j + 4 i + c.
+at::Tensor plain_scale(at::Tensor const& scale, int64_t rows, int64_t k, ScaleLayout layout) {
+  if (layout == ScaleLayout::Plain) return scale;
+  int64_t const blocks = (k + kMxBlock - 1) / kMxBlock;
+  int64_t const prows = (rows + 127) / 128 * 128, pblocks = (blocks + 3) / 4 * 4;
+  auto const tiles = scale.view(at::kByte).reshape({prows / 128, pblocks / 4, 32, 4, 4});
+  return tiles.permute({0, 3, 2, 1, 4}).reshape({prows, pblocks}).narrow(0, 0, rows).narrow(1, 0, blocks)
+      .view(at::kFloat8_e8m0fnu);
+}
+
 // e8m0 code c is exactly 2^(c-127); code 255 is NaN. torch's cast is exact.
 at::Tensor expand_block_scale(at::Tensor const& scale, int64_t k) {
   return scale.to(at::kFloat).repeat_interleave(kMxBlock, 1).narrow(1, 0, k);
@@ -62,21 +73,25 @@ at::Tensor scaled_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor co
 
 at::Tensor mxfp8_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                         at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
-                        std::optional<c10::string_view> config) {
-  auto const p = check_mxfp8_mm("persistent_gemm.mxfp8_mm", a, a_scale, b, b_scale, out_dtype);
-  check_config("persistent_gemm.mxfp8_mm", config, {"mxfp8"});
-  auto const da = a.to(at::kFloat) * expand_block_scale(a_scale, p.k);
-  auto const db = b.t().to(at::kFloat) * expand_block_scale(b_scale, p.k);  // (N, K)
+                        c10::string_view scale_layout, std::optional<c10::string_view> config) {
+  char const* op = "persistent_gemm.mxfp8_mm";
+  auto const layout = parse_scale_layout(op, scale_layout);
+  auto const p = check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype, layout);
+  check_config(op, config, {"mxfp8"});
+  auto const da = a.to(at::kFloat) * expand_block_scale(plain_scale(a_scale, p.m, p.k, layout), p.k);
+  auto const db = b.t().to(at::kFloat) * expand_block_scale(plain_scale(b_scale, p.n, p.k, layout), p.k);  // (N, K)
   return at::mm(da, db.t()).to(p.out_dtype);
 }
 
 at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                           at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
-                          std::optional<c10::string_view> config) {
-  auto const p = check_fp8_fp4_mm("persistent_gemm.fp8_fp4_mm", a, a_scale, b, b_scale, out_dtype);
-  check_config("persistent_gemm.fp8_fp4_mm", config, {"e4m3xe2m1"});
-  auto const da = a.to(at::kFloat) * expand_block_scale(a_scale, p.k);
-  auto const db = unpack_e2m1(b.t()) * expand_block_scale(b_scale, p.k);  // (N, K)
+                          c10::string_view scale_layout, std::optional<c10::string_view> config) {
+  char const* op = "persistent_gemm.fp8_fp4_mm";
+  auto const layout = parse_scale_layout(op, scale_layout);
+  auto const p = check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype, layout);
+  check_config(op, config, {"e4m3xe2m1"});
+  auto const da = a.to(at::kFloat) * expand_block_scale(plain_scale(a_scale, p.m, p.k, layout), p.k);
+  auto const db = unpack_e2m1(b.t()) * expand_block_scale(plain_scale(b_scale, p.n, p.k, layout), p.k);  // (N, K)
   return at::mm(da, db.t()).to(p.out_dtype);
 }
 
@@ -138,12 +153,13 @@ TORCH_LIBRARY(persistent_gemm, m) {
   m.def(
       "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, ScalarType? out_dtype=None, "
       "bool use_fast_accum=False, str? config=None) -> Tensor");
+  // scale_layout: 'plain' (rows, ceil(K/32)) or 'blocked' (128x4 tiles); stated, never guessed.
   m.def(
       "mxfp8_mm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType? out_dtype=None, "
-      "str? config=None) -> Tensor");
+      "str scale_layout='plain', str? config=None) -> Tensor");
   m.def(
       "fp8_fp4_mm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType? out_dtype=None, "
-      "str? config=None) -> Tensor");
+      "str scale_layout='plain', str? config=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(persistent_gemm, CPU, m) {

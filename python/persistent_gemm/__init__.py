@@ -18,6 +18,7 @@ from ._version import __version__
 from .catalogue import CATALOGUE, ConfigError, KernelConfig
 from .explain import Decision, explain
 from .quant import dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp4, quantize_mxfp8
+from .scale_layout import SCALE_LAYOUTS, from_blocked, to_blocked
 from .schedule import ScheduleGrid, TileSchedule
 
 ARCH_MODULES = ("sm90a", "sm100a")
@@ -82,6 +83,9 @@ __all__ = [
     "quantize_mxfp4",
     "dequantize_mxfp8",
     "dequantize_mxfp4",
+    "SCALE_LAYOUTS",
+    "to_blocked",
+    "from_blocked",
     "explain",
     "Decision",
     "extension_available",

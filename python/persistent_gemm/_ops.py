@@ -32,10 +32,16 @@ def _check_k(a: torch.Tensor, k_b) -> None:
     torch._check(a.shape[1] == k_b, lambda: f"a is (M, K) = {tuple(a.shape)} but b's K extent is {k_b}")
 
 
-def _check_scale(name: str, s: torch.Tensor, rows, k) -> None:
-    _check_2d(name, s)
+def _check_scale(name: str, s: torch.Tensor, rows, k, scale_layout: str) -> None:
     torch._check(s.dtype == torch.float8_e8m0fnu, lambda: f"{name} must be float8_e8m0fnu, got {s.dtype}")
     blocks = (k + _MX_BLOCK - 1) // _MX_BLOCK
+    torch._check(scale_layout in ("plain", "blocked"),
+                 lambda: f"scale_layout must be 'plain' or 'blocked', got {scale_layout!r}")
+    if scale_layout == "blocked":
+        want = (rows + 127) // 128 * 128 * ((blocks + 3) // 4 * 4)
+        torch._check(s.numel() == want, lambda: f"{name} in the blocked layout must hold {want} scales, got {s.numel()}")
+        return
+    _check_2d(name, s)
     torch._check(s.shape[0] == rows and s.shape[1] == blocks,
                  lambda: f"{name} must be ({rows}, {blocks}), got {tuple(s.shape)}")
 
@@ -63,27 +69,27 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype=None, use_fast_accum=False
 
 
 @torch.library.register_fake(f"{_LIB}::mxfp8_mm")
-def _mxfp8_mm_fake(a, a_scale, b, b_scale, out_dtype=None, config=None):
+def _mxfp8_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain", config=None):
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype == torch.float8_e4m3fn and b.dtype == torch.float8_e4m3fn,
                  lambda: f"a and b must be float8_e4m3fn, got {a.dtype} and {b.dtype}")
     _check_k(a, b.shape[0])
-    _check_scale("a_scale", a_scale, a.shape[0], a.shape[1])
-    _check_scale("b_scale", b_scale, b.shape[1], a.shape[1])
+    _check_scale("a_scale", a_scale, a.shape[0], a.shape[1], scale_layout)
+    _check_scale("b_scale", b_scale, b.shape[1], a.shape[1], scale_layout)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, torch.bfloat16))
 
 
 @torch.library.register_fake(f"{_LIB}::fp8_fp4_mm")
-def _fp8_fp4_mm_fake(a, a_scale, b, b_scale, out_dtype=None, config=None):
+def _fp8_fp4_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain", config=None):
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype == torch.float8_e4m3fn, lambda: f"a must be float8_e4m3fn, got {a.dtype}")
     torch._check(b.dtype == torch.float4_e2m1fn_x2, lambda: f"b must be float4_e2m1fn_x2, got {b.dtype}")
     torch._check(a.shape[1] % _MX_BLOCK == 0, lambda: f"K = {a.shape[1]} must be a multiple of 32")
     _check_k(a, b.shape[0] * 2)
-    _check_scale("a_scale", a_scale, a.shape[0], a.shape[1])
-    _check_scale("b_scale", b_scale, b.shape[1], a.shape[1])
+    _check_scale("a_scale", a_scale, a.shape[0], a.shape[1], scale_layout)
+    _check_scale("b_scale", b_scale, b.shape[1], a.shape[1], scale_layout)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, torch.bfloat16))
 
 
@@ -122,7 +128,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
 
 
 def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
-             out_dtype: Optional[torch.dtype] = None, config: Optional[str] = None) -> torch.Tensor:
+             out_dtype: Optional[torch.dtype] = None, scale_layout: str = "plain",
+             config: Optional[str] = None) -> torch.Tensor:
     """MXFP8 block-scaled ``a @ b``.
 
     ``a`` (M, K) e4m3 row-major with ``a_scale`` (M, ceil(K/32)) e8m0; ``b`` (K, N) e4m3
@@ -130,18 +137,23 @@ def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: t
     elements of one row of ``a`` (one column of ``b``); the last block may be partial.
     Semantics: dequantize exactly (``x * 2**(e - 127)``), multiply in fp32, round once.
     Use :func:`persistent_gemm.quantize_mxfp8` to produce the operands.
+
+    ``scale_layout`` says how both scales are laid out: ``"plain"`` (the shapes above) or
+    ``"blocked"`` (the 128x4-tile layout of cuBLAS/CUTLASS and torchao's ``to_blocked``;
+    :func:`persistent_gemm.to_blocked` converts). It is never guessed from the shapes.
     """
-    return torch.ops.persistent_gemm.mxfp8_mm.default(a, a_scale, b, b_scale, out_dtype, config)
+    return torch.ops.persistent_gemm.mxfp8_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout, config)
 
 
 def fp8_fp4_mm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
-               out_dtype: Optional[torch.dtype] = None, config: Optional[str] = None) -> torch.Tensor:
+               out_dtype: Optional[torch.dtype] = None, scale_layout: str = "plain",
+               config: Optional[str] = None) -> torch.Tensor:
     """e4m3 activations times block-scaled e2m1 weights.
 
     ``a`` (M, K) e4m3 row-major with ``a_scale`` (M, K/32) e8m0; ``b`` (K/2, N)
     ``float4_e2m1fn_x2`` column-major -- the transpose of weights stored (N, K/2), two e2m1
     values per byte, element 2i in the low nibble -- with ``b_scale`` (N, K/32) e8m0.
     K must be a multiple of 32. For weights ``w`` (N, K): ``wq, ws = quantize_mxfp4(w)``, then
-    ``fp8_fp4_mm(a, a_scale, wq.t(), ws)``.
+    ``fp8_fp4_mm(a, a_scale, wq.t(), ws)``. ``scale_layout``: as for :func:`mxfp8_mm`.
     """
-    return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, a_scale, b, b_scale, out_dtype, config)
+    return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout, config)

@@ -116,7 +116,7 @@ class KernelConfig:
             if self.kernel == "pingpong" and tm not in (64, 128):
                 return f"ping-pong consumers each own a tile: tile_m must be 64 or 128, got {tm}"
             if self.dtype in ("mxfp8", "e4m3xe2m1"):
-                return f"{self.dtype} needs block-scaled tensor cores (sm100a); SM90 has none"
+                return f"no sm90a {self.dtype} kernel exists yet (the CPU reference runs these ops)"
             if self.dtype == "e4m3" and self.accum == "promoted":
                 # A cooperative tile is split over 256 consumer threads, a ping-pong tile is one WG's.
                 acc = tm * tn // (256 if self.kernel == "cooperative" else 128)
