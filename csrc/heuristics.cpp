@@ -159,8 +159,10 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
     if (explain) fitting.insert(e.config);
     bool const promoted = promoted_fp8(e);
     Estimate est = estimate(r, e.geometry, false, promoted);
-    // Padding M copies A K-major, so it needs a K-major variant; rowwise scale_a has only M rows.
+    // Padding M copies A K-major, so it needs a K-major variant. Never with a per-row scale_a
+    // (rowwise, or MX block scales): it has only M rows, and the padded rows would read past it.
     if (r.m % e.geometry.tile_m != 0 && e.a_k_major && r.scale != ScaleMode::Rowwise &&
+        r.scale != ScaleMode::Block32 &&
         r.m + e.geometry.tile_m < (int64_t(1) << 31)) {
       Estimate const padded = estimate(r, e.geometry, /*pad_m=*/true, promoted);
       c.pad_m = padded.us < est.us;
