@@ -65,11 +65,11 @@ void check_scale_dtype(char const* op, char const* arg, at::Tensor const& s) {
 
 void check_block_scale(char const* op, char const* arg, at::Tensor const& s, int64_t rows,
                        char const* rows_name, int64_t k, ScaleLayout layout) {
-  int64_t const blocks = (k + kMxBlock - 1) / kMxBlock;
+  int64_t const blocks = mx_blocks(k);
   if (layout == ScaleLayout::Blocked) {
     TORCH_CHECK_VALUE(s.defined(), msg(op, ": ", arg, " is undefined"));
     check_scale_dtype(op, arg, s);
-    int64_t const want = blocked_scale_numel(rows, blocks);
+    int64_t const want = blocked_extent(rows, blocks).numel();
     TORCH_CHECK_VALUE(s.numel() == want, msg(op, ": ", arg, " in the blocked layout must hold ", want,
                       " scales ((", rows_name, " = ", rows, " rounded up to 128) x (ceil(K/32) = ", blocks,
                       " rounded up to 4)), got ", s.numel(), " with shape ", s.sizes(),
@@ -105,10 +105,6 @@ ScaleLayout parse_scale_layout(char const* op, c10::string_view layout) {
   if (layout == "blocked") return ScaleLayout::Blocked;
   TORCH_CHECK_VALUE(false, msg(op, ": scale_layout must be 'plain' or 'blocked', got '",
                     std::string(layout.data(), layout.size()), "'"));
-}
-
-int64_t blocked_scale_numel(int64_t rows, int64_t blocks) {
-  return (rows + 127) / 128 * 128 * ((blocks + 3) / 4 * 4);
 }
 
 void check_config(char const* op, std::optional<c10::string_view> config,

@@ -21,8 +21,6 @@ enum class ScaleKind { Tensorwise, Rowwise };
 // (rows, ceil(K/32)), or the 128x4-tile "blocked" layout block-scaled tensor cores read.
 enum class ScaleLayout { Plain, Blocked };
 ScaleLayout parse_scale_layout(char const* op, c10::string_view layout);
-// Elements of a blocked scale for (rows, blocks): both padded (to 128 rows, 4 blocks).
-int64_t blocked_scale_numel(int64_t rows, int64_t blocks);
 
 Problem check_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
                  std::optional<at::ScalarType> out_dtype);
@@ -51,5 +49,16 @@ void check_config(char const* op, std::optional<c10::string_view> config,
 void check_config_accum(char const* op, std::optional<c10::string_view> config, bool use_fast_accum);
 
 constexpr int64_t kMxBlock = 32;  // elements per e8m0 scale along K
+
+// e8m0 scales per row of an MX operand with K columns (the last block may be partial).
+inline int64_t mx_blocks(int64_t k) { return (k + kMxBlock - 1) / kMxBlock; }
+// The blocked layout's padded extents for a (rows, blocks) scale: rows to 128, blocks to 4.
+struct BlockedExtent {
+  int64_t rows, blocks;
+  int64_t numel() const { return rows * blocks; }
+};
+inline BlockedExtent blocked_extent(int64_t rows, int64_t blocks) {
+  return {(rows + 127) / 128 * 128, (blocks + 3) / 4 * 4};
+}
 
 }  // namespace persistent_gemm

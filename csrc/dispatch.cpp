@@ -125,8 +125,6 @@ ArchModule const& require_arch(char const* op, at::Tensor const& a) {
               ". Rebuild with TORCH_CUDA_ARCH_LIST naming 9.0a or 10.0a as fits the GPU."));
 }
 
-int64_t out_elem_of(at::ScalarType t) { return int64_t(c10::elementSize(t)); }
-
 // Runs A (M,K) @ B (K,N) with whatever operand copies / output cast the chosen variant needs.
 at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tensor a, at::Tensor b,
                     at::Tensor const& scale_a, at::Tensor const& scale_b, at::ScalarType out_dtype,
@@ -171,7 +169,8 @@ at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tens
   if (scale_b.defined()) args.scale_b = scale_b.data_ptr();
   args.sm_count = req.sm_count;
   args.max_workers = 0;
-  check_launch(e.run(args, c10::cuda::getCurrentCUDAStream(a.get_device())), op, e, args, out_elem_of(kernel_out));
+  check_launch(e.run(args, c10::cuda::getCurrentCUDAStream(a.get_device())), op, e, args,
+               int64_t(c10::elementSize(kernel_out)));
 
   at::Tensor d = c.pad_m ? d_buf.narrow(0, 0, p.m) : d_buf;  // leading rows: still contiguous
   if (c.pad_d) d = d.narrow(1, 0, p.n);

@@ -198,18 +198,17 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
   if (!best.entry) {
     // One line per built config: its operand dtype and the output dtypes its variants write.
     std::map<std::string, std::string> writes;  // config -> "e4m3 -> bf16 fp32"
+    bool forced_takes_these_operands = false;
     for (int i = 0; i < table.count; ++i) {
       KernelEntry const& e = table.entries[i];
+      forced_takes_these_operands |= r.config && *r.config == e.config && e.a_dtype == r.a;
       std::string& w = writes[e.config];
       std::string const d = dtype_str(e.d_dtype);
       if (w.empty()) w = std::string(dtype_str(e.a_dtype)) + " ->";
       if (w.find(" " + d) == std::string::npos) w += " " + d;
     }
     if (r.config && writes.count(*r.config)) {
-      bool same_operands = false;
-      for (int i = 0; i < table.count; ++i)
-        same_operands |= *r.config == table.entries[i].config && table.entries[i].a_dtype == r.a;
-      TORCH_CHECK(same_operands, msg(op, ": config '", *r.config, "' is a kernel for other operands (",
+      TORCH_CHECK(forced_takes_these_operands, msg(op, ": config '", *r.config, "' is a kernel for other operands (",
                   writes[*r.config], "); this problem's operands are ", dtype_str(r.a)));
       TORCH_CHECK(false, msg(op, ": config '", *r.config, "' has no variant writing ", dtype_str(r.d), " from ",
                   dtype_str(r.a), " with this scale mode (it has: ", writes[*r.config],

@@ -16,18 +16,18 @@ namespace {
 
 // A blocked-layout scale (scale_layout.py) back to plain (rows, blocks): tile (band, t) holds
 // local row 32 i + j, block c at byte 16 j + 4 i + c.
-at::Tensor plain_scale(at::Tensor const& scale, int64_t rows, int64_t k, ScaleLayout layout) {
+at::Tensor plain_scale(at::Tensor const& scale, int64_t rows, int64_t blocks, ScaleLayout layout) {
   if (layout == ScaleLayout::Plain) return scale;
-  int64_t const blocks = (k + kMxBlock - 1) / kMxBlock;
-  int64_t const prows = (rows + 127) / 128 * 128, pblocks = (blocks + 3) / 4 * 4;
-  auto const tiles = scale.view(at::kByte).reshape({prows / 128, pblocks / 4, 32, 4, 4});
-  return tiles.permute({0, 3, 2, 1, 4}).reshape({prows, pblocks}).narrow(0, 0, rows).narrow(1, 0, blocks)
+  auto const padded = blocked_extent(rows, blocks);
+  auto const tiles = scale.view(at::kByte).reshape({padded.rows / 128, padded.blocks / 4, 32, 4, 4});
+  return tiles.permute({0, 3, 2, 1, 4}).reshape({padded.rows, padded.blocks}).narrow(0, 0, rows).narrow(1, 0, blocks)
       .view(at::kFloat8_e8m0fnu);
 }
 
-// e8m0 code c is exactly 2^(c-127); code 255 is NaN. torch's cast is exact.
-at::Tensor expand_block_scale(at::Tensor const& scale, int64_t k) {
-  return scale.to(at::kFloat).repeat_interleave(kMxBlock, 1).narrow(1, 0, k);
+// The (rows, K) fp32 factor each element of an MX operand is multiplied by: e8m0 code c is
+// exactly 2^(c-127), code 255 NaN (torch's cast is exact), repeated over its 1x32 block.
+at::Tensor block_scale_factors(at::Tensor const& scale, int64_t rows, int64_t k, ScaleLayout layout) {
+  return plain_scale(scale, rows, mx_blocks(k), layout).to(at::kFloat).repeat_interleave(kMxBlock, 1).narrow(1, 0, k);
 }
 
 // All 16 e2m1 codes: s e1 e0 m0, magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6.
@@ -78,8 +78,8 @@ at::Tensor mxfp8_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Tens
   auto const layout = parse_scale_layout(op, scale_layout);
   auto const p = check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype, layout);
   check_config(op, config, {"mxfp8"});
-  auto const da = a.to(at::kFloat) * expand_block_scale(plain_scale(a_scale, p.m, p.k, layout), p.k);
-  auto const db = b.t().to(at::kFloat) * expand_block_scale(plain_scale(b_scale, p.n, p.k, layout), p.k);  // (N, K)
+  auto const da = a.to(at::kFloat) * block_scale_factors(a_scale, p.m, p.k, layout);
+  auto const db = b.t().to(at::kFloat) * block_scale_factors(b_scale, p.n, p.k, layout);  // (N, K)
   return at::mm(da, db.t()).to(p.out_dtype);
 }
 
@@ -90,8 +90,8 @@ at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Te
   auto const layout = parse_scale_layout(op, scale_layout);
   auto const p = check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype, layout);
   check_config(op, config, {"e4m3xe2m1"});
-  auto const da = a.to(at::kFloat) * expand_block_scale(plain_scale(a_scale, p.m, p.k, layout), p.k);
-  auto const db = unpack_e2m1(b.t()) * expand_block_scale(plain_scale(b_scale, p.n, p.k, layout), p.k);  // (N, K)
+  auto const da = a.to(at::kFloat) * block_scale_factors(a_scale, p.m, p.k, layout);
+  auto const db = unpack_e2m1(b.t()) * block_scale_factors(b_scale, p.n, p.k, layout);  // (N, K)
   return at::mm(da, db.t()).to(p.out_dtype);
 }
 

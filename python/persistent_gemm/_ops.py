@@ -99,8 +99,8 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = N
     """``a @ b`` for bf16/fp16 ``a`` (M, K) and ``b`` (K, N), fp32 accumulation.
 
     Row- and column-major operands run without copies; any other strides (stride-0 broadcast
-    views such as ``x.expand(M, K)``, misaligned rows) are copied once to a K-major buffer. ``out_dtype`` defaults to the input dtype (bf16, fp16 or
-    fp32 allowed). ``config`` forces a catalogue kernel by its canonical name.
+    views such as ``x.expand(M, K)``, misaligned rows) are copied once to a K-major buffer.
+    ``out_dtype`` defaults to the input dtype (bf16, fp16 or fp32 allowed). ``config`` forces a catalogue kernel by its canonical name.
     Semantics (the CPU reference): ``(a.float() @ b.float()).to(out_dtype)``.
     Differentiable: the backward is two ``mm`` calls.
     """

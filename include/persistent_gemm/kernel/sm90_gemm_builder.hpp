@@ -148,32 +148,25 @@ constexpr int accumulator_registers() {
 // pipeline state; mirrored by catalogue.py's rejection() so Python refuses such a tile first.
 constexpr int kAccumulatorRegisterBudget = 192;
 
-// tag -> selector -> CUTLASS kernel schedule of the mainloop collective.
-template <class Style, bool Fp8, class Accum>
+// tag -> selector -> CUTLASS kernel schedule of the mainloop collective. The plain schedules
+// serve 16-bit operands and, with FP8 operands, select CUTLASS's promoting FP8 collective
+// (which Sm90Gemm then wraps); the FastAccum ones exist for FP8 only (asserted in Sm90Gemm).
+template <class Style, class Accum>
 struct MainloopSelector;
-template <class Accum>
-struct MainloopSelector<Cooperative, false, Accum> {
-  using type = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-};
-template <class Accum>
-struct MainloopSelector<PingPong, false, Accum> {
-  using type = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-};
-// Non-FastAccum schedules with FP8 operands select CUTLASS's promoting FP8 mainloop.
 template <>
-struct MainloopSelector<Cooperative, true, AccumPromoted> {
+struct MainloopSelector<Cooperative, AccumPromoted> {
   using type = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 };
 template <>
-struct MainloopSelector<PingPong, true, AccumPromoted> {
+struct MainloopSelector<PingPong, AccumPromoted> {
   using type = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 };
 template <>
-struct MainloopSelector<Cooperative, true, AccumFast> {
+struct MainloopSelector<Cooperative, AccumFast> {
   using type = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
 };
 template <>
-struct MainloopSelector<PingPong, true, AccumFast> {
+struct MainloopSelector<PingPong, AccumFast> {
   using type = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum;
 };
 
@@ -216,7 +209,7 @@ struct Sm90Gemm {
   using EpilogueSel = sm90_detail::EpilogueSelector<TmaStore, ElementD, TileShape, ClusterShape, kCooperative, Scale>;
   using CollectiveEpilogue = typename EpilogueSel::Collective;
 
-  using MainloopSchedule = typename sm90_detail::MainloopSelector<Style, kFp8, Accum>::type;
+  using MainloopSchedule = typename sm90_detail::MainloopSelector<Style, Accum>::type;
   using StageCount = std::conditional_t<
       Stages == 0,
       cutlass::gemm::collective::StageCountAutoCarveout<sm90_detail::kernel_carveout_bytes<CollectiveEpilogue>()>,
