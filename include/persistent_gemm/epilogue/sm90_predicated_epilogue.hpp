@@ -22,10 +22,15 @@
 
 namespace persistent_gemm::epilogue {
 
-template <class ElementD_, persistent_gemm::ScaleMode Scale>
+// TransposeD: the kernel computes D^T (swap-AB: the weight is the MMA's A operand), so its
+// element (m, n) is D's (n, m). Block32 (MX) scales were applied in the mainloop: nothing to do.
+template <class ElementD_, persistent_gemm::ScaleMode Scale, bool TransposeD = false>
 class Sm90PredicatedEpilogue {
-  static_assert(Scale == ScaleMode::None || Scale == ScaleMode::Tensorwise || Scale == ScaleMode::Rowwise,
-                "Sm90PredicatedEpilogue: Block32 scales are applied in the mainloop, not here");
+  static_assert(Scale == ScaleMode::None || Scale == ScaleMode::Tensorwise || Scale == ScaleMode::Rowwise ||
+                    Scale == ScaleMode::Block32,
+                "Sm90PredicatedEpilogue: unknown scale mode");
+  static_assert(!TransposeD || Scale == ScaleMode::None || Scale == ScaleMode::Block32,
+                "a transposed D with epilogue scales would swap their roles: not wired");
 
  public:
   using ElementD = ElementD_;
@@ -60,7 +65,8 @@ class Sm90PredicatedEpilogue {
   template <class ProblemShape>
   static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
     constexpr int64_t pair_bytes = 2 * int64_t(sizeof(ElementD));
-    bool const paired = (args.ldd % 2 == 0) && (reinterpret_cast<uintptr_t>(args.ptr_D) % pair_bytes == 0);
+    bool const paired = !TransposeD && (args.ldd % 2 == 0) &&
+                        (reinterpret_cast<uintptr_t>(args.ptr_D) % pair_bytes == 0);
     return {args.ptr_D, args.ldd, args.scale_a, args.scale_b, paired};
   }
 
@@ -75,9 +81,10 @@ class Sm90PredicatedEpilogue {
 
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
-    auto const n = cute::get<1>(problem_shape);
+    auto const n = TransposeD ? cute::get<0>(problem_shape) : cute::get<1>(problem_shape);
     bool ok = args.ptr_D != nullptr && args.ldd >= n;
-    if constexpr (Scale != ScaleMode::None) ok = ok && args.scale_a != nullptr && args.scale_b != nullptr;
+    if constexpr (Scale == ScaleMode::Tensorwise || Scale == ScaleMode::Rowwise)
+      ok = ok && args.scale_a != nullptr && args.scale_b != nullptr;
     return ok;
   }
 
@@ -125,6 +132,9 @@ class Sm90PredicatedEpilogue {
     using Pair = cutlass::AlignedArray<ElementD, 2>;
     ElementD* const base = params_.ptr_D;
     int64_t const ldd = params_.ldd;
+    auto offset = [&](int m, int n) CUTLASS_LAMBDA_FUNC_INLINE {
+      return TransposeD ? int64_t(n) * ldd + m : int64_t(m) * ldd + n;
+    };
 
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(accumulators); i += 2) {
@@ -143,8 +153,8 @@ class Sm90PredicatedEpilogue {
         p[1] = convert(v1);
         *reinterpret_cast<Pair*>(base + int64_t(m0) * ldd + n0) = p;
       } else {
-        if (m0 < M && n0 < N) base[int64_t(m0) * ldd + n0] = convert(v0);
-        if (m1 < M && n1 < N) base[int64_t(m1) * ldd + n1] = convert(v1);
+        if (m0 < M && n0 < N) base[offset(m0, n0)] = convert(v0);
+        if (m1 < M && n1 < N) base[offset(m1, n1)] = convert(v1);
       }
     }
   }

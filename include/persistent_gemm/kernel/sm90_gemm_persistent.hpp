@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include <cuda_runtime_api.h>
 
@@ -95,6 +96,18 @@ class Sm90GemmPersistent {
   template <class M>
   struct AccumulatorCopies<M, std::void_t<decltype(M::kAccumulatorCopies)>>
       : std::integral_constant<int, M::kAccumulatorCopies> {};
+  // A mainloop that needs the tile's coordinates in its consumer (the MX mainloop: where the
+  // tile's rows sit inside their scale atoms) exposes set_tile(); CUTLASS's do not.
+  template <class M, class C, class = void>
+  struct HasSetTile : std::false_type {};
+  template <class M, class C>
+  struct HasSetTile<M, C, std::void_t<decltype(std::declval<M&>().set_tile(std::declval<C const&>()))>>
+      : std::true_type {};
+  template <class C>
+  CUTLASS_DEVICE static void set_tile(CollectiveMainloop& mainloop, C const& blk_coord) {
+    if constexpr (HasSetTile<CollectiveMainloop, C>::value) mainloop.set_tile(blk_coord);
+  }
+
   static constexpr int kAccRegsPerThread = AccumulatorCopies<CollectiveMainloop>::value * kTileM * kTileN /
                                            int(kMmaThreads) * int(sizeof(ElementAccumulator)) / int(sizeof(uint32_t));
   static constexpr bool kHeavyRegisterPressure = kAccRegsPerThread >= 208;
@@ -297,6 +310,7 @@ class Sm90GemmPersistent {
         for (auto work = scheduler.initial_work(); work.is_valid(); work = scheduler.next_work(work)) {
           auto blk_coord = make_coord(work.m_idx, work.n_idx, _, work.l_idx);
           auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
+          set_tile(collective_mainloop, blk_coord);
           collective_mainloop.mma(mainloop_pipeline, read_state, accumulators, k_tiles, mma_thread_idx,
                                   shared.tensors.mainloop, params.mainloop);
           collective_mainloop.mma_tail(mainloop_pipeline, read_state, k_tiles);
@@ -328,6 +342,7 @@ class Sm90GemmPersistent {
           auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
 
           math_order_barrier.wait();  // my turn on the tensor cores
+          set_tile(collective_mainloop, blk_coord);
           collective_mainloop.mma(mainloop_pipeline, read_state, accumulators, k_tiles, group_thread_idx,
                                   shared.tensors.mainloop, params.mainloop);
           math_order_barrier.arrive();  // the other WG's mainloop may start while I finish up

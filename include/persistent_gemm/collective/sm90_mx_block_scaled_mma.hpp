@@ -1,0 +1,589 @@
+// SM90 mainloop for MX block-scaled GEMMs (1x32 e8m0 scales on both operands), fused.
+//
+// Hopper has no block-scaled MMA, so the scales are applied around FP8 wgmma: every 32-deep K
+// block (one m64nNk32 e4m3 wgmma) lands in a temporary accumulator, which is then promoted into
+// the fp32 accumulator with the block's two power-of-two scales,
+//     acc[r][c] += T[r][c] * sy[c] * sx[r]          (FMUL + FFMA per element; both exact),
+// while the next block's wgmma runs. The operand bytes the kernel streams stay MX: e4m3 / packed
+// e2m1 data by TMA, e8m0 scales by 1-D bulk copies of the blocked layout's 512-byte atoms
+// (128 rows x 4 blocks: one tile-row band of one 128-deep K-tile), all into the same pipeline
+// stage, counted in its transaction bytes.
+//
+//   X (the MMA's A side, kernel rows)     Y (the MMA's B side, kernel columns)
+//   MxOperandE4m3: e4m3 in smem (SS)      e4m3 in smem, always
+//   MxOperandE2m1: packed e2m1 in smem, converted to exact e4m3 in registers (RS wgmma) with a
+//                  byte-permute LUT: 6 PRMT + 5 integer ops per 8 values; CUTLASS's e2m1
+//                  NumericConverter is a per-element software path on sm_90a and is not used.
+//
+// Scales: once per K-tile the tile's consumer threads expand the stage's e8m0 atoms into fp32
+// (code 0 -> 2^-127, 255 -> NaN, blocks past K -> 0 so zero-filled data never meets a padding
+// NaN) in a per-stage buffer laid out for the accumulator fragment: a thread reads its column
+// scales as float4s, conflict-free. A stage is released only after its last promotion.
+//
+// Two promotion schedules (Promotion template argument):
+//   PerBlock  two temporaries alternate per 32-K block: the tensor core always has the next block
+//             queued while the previous one is promoted. 3 accumulator sets.
+//   PerKTile  for narrow (decode) tiles: a K-tile's four blocks go into four temporaries as one
+//             batch; the previous K-tile's four are promoted while it runs. 9 accumulator sets, so
+//             only tiny tiles (64x16, 64x32) qualify; the wgmma latency is paid once per K-tile.
+//
+// The rest of the collective interface (load_init/load/load_tail/mma/mma_tail, Params,
+// TensorStorage) is what Sm90GemmPersistent composes; the persistent loop, roles and scheduler
+// stay the kernel's.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cutlass/cutlass.h"
+#include "cute/tensor.hpp"
+#include "cute/arch/copy_sm90_tma.hpp"
+#include "cute/atom/copy_traits_sm90_tma.hpp"
+#include "cute/atom/mma_traits_sm90_gmma.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/gemm/collective/builders/sm90_common.inl"
+#include "cutlass/numeric_types.h"
+#include "cutlass/pipeline/pipeline.hpp"
+
+namespace persistent_gemm::collective {
+
+// Element tags of the X operand.
+struct MxOperandE4m3 {};
+struct MxOperandE2m1 {};
+// Promotion schedules.
+struct PromotePerBlock {};
+struct PromotePerKTile {};
+
+namespace mx_detail {
+
+constexpr int kBlockK = 32;       // elements per e8m0 scale
+constexpr int kTileK = 128;       // K-tile: 4 blocks = one blocked-layout atom column
+constexpr int kBlocksPerTile = kTileK / kBlockK;
+constexpr int kAtomRows = 128;
+constexpr int kAtomBytes = 512;
+
+// e8m0 code -> its exact fp32 value 2^(code - 127); 255 is NaN.
+CUTLASS_DEVICE float e8m0_to_float(uint32_t code) {
+  uint32_t bits = code << 23;
+  bits = code == 0u ? 0x00400000u : bits;
+  bits = code == 255u ? 0x7FC00000u : bits;
+  return __uint_as_float(bits);
+}
+
+// Byte offset of (row, block % 4) inside a 512-byte atom: rows interleave in 32-row groups.
+CUTLASS_HOST_DEVICE constexpr int atom_offset(int row_in_atom) {
+  return (row_in_atom % 32) * 16 + (row_in_atom / 32) * 4;
+}
+
+// Eight e2m1 codes (code i in nibble i of x) -> eight exact e4m3 bytes: lo holds codes 0..3,
+// hi codes 4..7. |v| comes from a positive and a negative 8-entry byte LUT indexed by the
+// code's low 3 bits; a third permute picks, per byte, the LUT the sign bit names.
+CUTLASS_DEVICE void e2m1x8_to_e4m3x8(uint32_t x, uint32_t& lo, uint32_t& hi) {
+  constexpr uint32_t kPos0 = 0x3C383000u, kPos1 = 0x4C484440u;  // 0, .5, 1, 1.5 | 2, 3, 4, 6
+  constexpr uint32_t kNeg0 = kPos0 | 0x80808080u, kNeg1 = kPos1 | 0x80808080u;
+  uint32_t const idx = x & 0x77777777u;
+  // selector nibble i = i + 4 * sign_i: byte i of the positive (0..3) or negative (4..7) result
+  uint32_t const sel = ((x & 0x88888888u) | 0x64206420u) >> 1;
+  uint32_t const idx_hi = idx >> 16, sel_hi = sel >> 16;
+  lo = __byte_perm(__byte_perm(kPos0, kPos1, idx), __byte_perm(kNeg0, kNeg1, idx), sel);
+  hi = __byte_perm(__byte_perm(kPos0, kPos1, idx_hi), __byte_perm(kNeg0, kNeg1, idx_hi), sel_hi);
+}
+
+}  // namespace mx_detail
+
+template <class OperandX_, class TileShape_, class ClusterShape_, int Stages_, bool Cooperative_,
+          class Promotion_ = PromotePerBlock>
+struct Sm90MxBlockScaledMma {
+  using OperandX = OperandX_;
+  using Promotion = Promotion_;
+  using TileShape = TileShape_;
+  static constexpr bool kCooperative = Cooperative_;
+  static constexpr bool kRegisterX = std::is_same_v<OperandX, MxOperandE2m1>;
+  static constexpr bool kPerKTile = std::is_same_v<Promotion, PromotePerKTile>;
+  static constexpr int Stages = Stages_;
+  static constexpr int kTileM = cute::size<0>(TileShape{});
+  static constexpr int kTileN = cute::size<1>(TileShape{});
+  static_assert(cute::size<2>(TileShape{}) == mx_detail::kTileK,
+                "MX mainloop: tile_k must be 128 (four 1x32 scale blocks = one blocked-layout atom column)");
+  static_assert(kTileM % 64 == 0 && (kTileM <= 128 ? 128 % kTileM == 0 : kTileM % 128 == 0),
+                "MX mainloop: tile_m must be 64, 128 or 256 (whole wgmma rows; atoms of 128 scale rows)");
+  static_assert(kTileN % 16 == 0 && (kTileN <= 128 ? 128 % kTileN == 0 : kTileN % 128 == 0),
+                "MX mainloop: tile_n must divide 128 or be a multiple of it, in steps of 16");
+  static_assert(!kCooperative || kTileM % 128 == 0, "cooperative MX tiles split tile_m over two warpgroups");
+  static_assert(Stages >= 2, "MX mainloop needs at least two stages");
+
+  struct DispatchPolicy {
+    using ClusterShape = ClusterShape_;
+    static constexpr int Stages = Stages_;
+  };
+  using ClusterShape = ClusterShape_;
+
+  using ElementA = cutlass::float_e4m3_t;  // what the tensor core multiplies
+  using ElementB = cutlass::float_e4m3_t;
+  using ElementAccumulator = float;
+  using StrideA = cute::Stride<int64_t, cute::_1, int64_t>;  // (rows, K, L), K contiguous
+  using StrideB = cute::Stride<int64_t, cute::_1, int64_t>;
+
+  // ---- MMA -----------------------------------------------------------------------------------
+  using AtomLayoutMNK = std::conditional_t<kCooperative, cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>,
+                                           cute::Layout<cute::Shape<cute::_1, cute::_1, cute::_1>>>;
+  static constexpr auto mma_op() {
+    if constexpr (kRegisterX)
+      return cute::GMMA::rs_op_selector<ElementA, ElementB, float, TileShape, cute::GMMA::Major::K,
+                                        cute::GMMA::Major::K>();
+    else
+      return cute::GMMA::ss_op_selector<ElementA, ElementB, float, TileShape, cute::GMMA::Major::K,
+                                        cute::GMMA::Major::K>();
+  }
+  using TiledMma = decltype(cute::make_tiled_mma(mma_op(), AtomLayoutMNK{}));
+  static constexpr int kMmaThreads = int(cute::size(TiledMma{}));
+  static constexpr int kAtomN = cute::size<1>(typename TiledMma::AtomShape_MNK{});
+  static_assert(kAtomN % 16 == 0, "wgmma N of the MX mainloop must be a multiple of 16");
+  static constexpr int kMmaM = kTileM / (64 * (kCooperative ? 2 : 1));  // atoms along M per thread
+  static constexpr int kMmaN = kTileN / kAtomN;
+
+  // ---- shared memory -------------------------------------------------------------------------
+  // X: e4m3 (tile_m x 128 B, 128 B swizzle) or packed e2m1 (tile_m x 64 B, 64 B swizzle).
+  using SmemLayoutAtomX = std::conditional_t<kRegisterX, cute::GMMA::Layout_K_SW64_Atom<uint8_t>,
+                                             cute::GMMA::Layout_K_SW128_Atom<ElementA>>;
+  using ElementXStorage = std::conditional_t<kRegisterX, uint8_t, ElementA>;
+  static constexpr int kXBytesPerRow = kRegisterX ? mx_detail::kTileK / 2 : mx_detail::kTileK;
+  using SmemLayoutA = decltype(cute::tile_to_shape(
+      SmemLayoutAtomX{}, cute::make_shape(cute::Int<kTileM>{}, cute::Int<kXBytesPerRow>{}, cute::Int<Stages>{})));
+  using SmemLayoutB = decltype(cute::tile_to_shape(
+      cute::GMMA::Layout_K_SW128_Atom<ElementB>{},
+      cute::make_shape(cute::Int<kTileN>{}, cute::Int<mx_detail::kTileK>{}, cute::Int<Stages>{})));
+
+  static constexpr int kAtomsX = kTileM <= 128 ? 1 : kTileM / 128;
+  static constexpr int kAtomsY = kTileN <= 128 ? 1 : kTileN / 128;
+  // fp32 scales of one stage: rows [block][tile_m], columns [block][q][tile_n/4 + pad].
+  static constexpr int kColStride = kTileN / 4 + 4;  // +4 floats: the four q rows hit distinct banks
+  static constexpr int kScaleFloats = mx_detail::kBlocksPerTile * (kTileM + 4 * kColStride);
+
+  struct TensorStorage : cute::aligned_struct<128, cute::_0> {
+    cute::array_aligned<ElementXStorage, cute::cosize_v<SmemLayoutA>> smem_A;
+    cute::array_aligned<ElementB, cute::cosize_v<SmemLayoutB>> smem_B;
+    alignas(128) uint8_t sf_x[Stages][kAtomsX * mx_detail::kAtomBytes];
+    alignas(128) uint8_t sf_y[Stages][kAtomsY * mx_detail::kAtomBytes];
+    alignas(16) float sf_f32[Stages][kScaleFloats];
+  };
+  using MainloopPipeline = cutlass::PipelineTmaAsync<Stages>;
+  using PipelineState = cutlass::PipelineState<Stages>;
+  using PipelineStorage = typename MainloopPipeline::SharedStorage;
+  static constexpr int NumProducerThreadEvents = 1;
+  // Accumulator-sized register sets a consumer holds (the kernel's register split reads it).
+  static constexpr int kAccumulatorCopies = kPerKTile ? 1 + 2 * mx_detail::kBlocksPerTile : 3;
+
+  static constexpr uint32_t kScaleBytes = uint32_t(kAtomsX + kAtomsY) * mx_detail::kAtomBytes;
+  static constexpr uint32_t TmaTransactionBytes =
+      uint32_t(kTileM * kXBytesPerRow + kTileN * mx_detail::kTileK) + kScaleBytes;
+
+  // ---- TMA -------------------------------------------------------------------------------------
+  using GmemCopyX = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
+      cute::size<1>(ClusterShape{})));
+  using GmemCopyY = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
+      cute::size<0>(ClusterShape{})));
+  using TileShapeX = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kXBytesPerRow>>;
+
+  template <class Ptr>
+  static auto make_tma_x(Ptr ptr, int rows, int k_bytes, int64_t ld) {
+    auto t = cute::make_tensor(ptr, cute::make_layout(cute::make_shape(rows, k_bytes, 1), StrideA{ld, cute::_1{}, 0}));
+    return cute::make_tma_copy_A_sm90(GmemCopyX{}, t, SmemLayoutA{}(cute::_, cute::_, cute::Int<0>{}), TileShapeX{},
+                                      ClusterShape{});
+  }
+  template <class Ptr>
+  static auto make_tma_y(Ptr ptr, int rows, int k, int64_t ld) {
+    auto t = cute::make_tensor(ptr, cute::make_layout(cute::make_shape(rows, k, 1), StrideB{ld, cute::_1{}, 0}));
+    return cute::make_tma_copy_B_sm90(GmemCopyY{}, t, SmemLayoutB{}(cute::_, cute::_, cute::Int<0>{}), TileShape{},
+                                      ClusterShape{});
+  }
+  using TmaX = decltype(make_tma_x(static_cast<ElementXStorage const*>(nullptr), 1, 1, 1));
+  using TmaY = decltype(make_tma_y(static_cast<ElementB const*>(nullptr), 1, 1, 1));
+
+  // ---- host interface --------------------------------------------------------------------------
+  struct Arguments {
+    void const* ptr_x = nullptr;  // (rows_x, K) e4m3 or (rows_x, K/2) packed e2m1, K contiguous
+    int64_t ld_x = 0;             // elements (e4m3) or bytes (packed e2m1)
+    void const* ptr_y = nullptr;  // (rows_y, K) e4m3, K contiguous
+    int64_t ld_y = 0;
+    uint8_t const* sf_x = nullptr;  // blocked e8m0 scales of X, (ceil(rows_x/128) x ceil(K/128)) atoms
+    uint8_t const* sf_y = nullptr;
+  };
+
+  struct Params {
+    TmaX tma_load_a;
+    TmaY tma_load_b;
+    uint32_t tma_transaction_bytes = TmaTransactionBytes;
+    uint8_t const* sf_x = nullptr;
+    uint8_t const* sf_y = nullptr;
+    int32_t bands_x = 1, bands_y = 1;  // 128-row scale bands (the last one may be partial)
+    int32_t k_tiles = 1;               // atoms per band along K
+    int32_t k_blocks = 1;              // ceil(K / 32): blocks past it are padding
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& problem, Arguments const& args, void*) {
+    auto const [m, n, k, l] = problem;
+    (void)l;
+    int const x_k = kRegisterX ? k / 2 : k;
+    Params p{make_tma_x(static_cast<ElementXStorage const*>(args.ptr_x), m, x_k, args.ld_x),
+             make_tma_y(static_cast<ElementB const*>(args.ptr_y), n, k, args.ld_y)};
+    p.sf_x = args.sf_x;
+    p.sf_y = args.sf_y;
+    p.bands_x = (m + 127) / 128;
+    p.bands_y = (n + 127) / 128;
+    p.k_tiles = (k + mx_detail::kTileK - 1) / mx_detail::kTileK;
+    p.k_blocks = (k + mx_detail::kBlockK - 1) / mx_detail::kBlockK;
+    return p;
+  }
+
+  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
+    cute::prefetch_tma_descriptor(params.tma_load_a.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_load_b.get_tma_descriptor());
+  }
+
+  // (BLK_M, BLK_K, m, k, l) and (BLK_N, BLK_K, n, k, l): the kernel counts K-tiles from the first.
+  template <class ProblemShapeMNKL>
+  CUTLASS_DEVICE auto load_init(ProblemShapeMNKL const& problem, Params const& params) const {
+    using namespace cute;
+    auto [M, N, K, L] = problem;
+    int const x_k = kRegisterX ? K / 2 : K;
+    Tensor mA = params.tma_load_a.get_tma_tensor(make_shape(M, x_k, L));
+    Tensor mB = params.tma_load_b.get_tma_tensor(make_shape(N, K, L));
+    Tensor gA = local_tile(mA, TileShapeX{}, make_coord(_, _, _), Step<_1, X, _1>{});
+    Tensor gB = local_tile(mB, TileShape{}, make_coord(_, _, _), Step<X, _1, _1>{});
+    return make_tuple(gA, gB);
+  }
+
+  // ---- producer ------------------------------------------------------------------------------
+  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
+  CUTLASS_DEVICE void load(Params const& params, MainloopPipeline pipeline, PipelineState smem_pipe_write,
+                           cute::tuple<TensorA, TensorB> const& load_inputs, BlockCoord const& blk_coord,
+                           KTileIterator k_tile_iter, int k_tile_count, int /*lane*/, uint32_t block_rank_in_cluster,
+                           TensorStorage& shared) {
+    using namespace cute;
+    if (!cute::elect_one_sync()) return;
+    Tensor sA = make_tensor(make_smem_ptr(shared.smem_A.data()), SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(shared.smem_B.data()), SmemLayoutB{});
+    constexpr uint32_t cluster_x = size<0>(ClusterShape{});
+    uint2 const cta = {block_rank_in_cluster % cluster_x, block_rank_in_cluster / cluster_x};
+    auto block_tma_a = params.tma_load_a.get_slice(cta.y);
+    auto block_tma_b = params.tma_load_b.get_slice(cta.x);
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
+    Tensor tAgA = block_tma_a.partition_S(get<0>(load_inputs)(_, _, m_coord, _, l_coord));
+    Tensor tAsA = block_tma_a.partition_D(sA);
+    Tensor tBgB = block_tma_b.partition_S(get<1>(load_inputs)(_, _, n_coord, _, l_coord));
+    Tensor tBsB = block_tma_b.partition_D(sB);
+
+    uint16_t mcast_a = 0, mcast_b = 0;
+    auto block_layout = Layout<ClusterShape>{};
+    if constexpr (std::is_same_v<GmemCopyX, SM90_TMA_LOAD_MULTICAST>)
+      for (int n = 0; n < size<1>(block_layout); ++n) mcast_a |= uint16_t(1) << block_layout(cta.x, n, Int<0>{});
+    if constexpr (std::is_same_v<GmemCopyY, SM90_TMA_LOAD_MULTICAST>)
+      for (int m = 0; m < size<0>(block_layout); ++m) mcast_b |= uint16_t(1) << block_layout(m, cta.y, Int<0>{});
+
+    // The scale atoms of this tile: its 128-row band (clamped for a tail CTA past the grid, whose
+    // results are never stored), then one atom per K-tile.
+    int const band_x = min(int(m_coord) * kTileM / mx_detail::kAtomRows, params.bands_x - kAtomsX);
+    int const band_y = min(int(n_coord) * kTileN / mx_detail::kAtomRows, params.bands_y - kAtomsY);
+    uint8_t const* sfx = params.sf_x + int64_t(max(band_x, 0)) * params.k_tiles * mx_detail::kAtomBytes;
+    uint8_t const* sfy = params.sf_y + int64_t(max(band_y, 0)) * params.k_tiles * mx_detail::kAtomBytes;
+    int64_t const band_stride = int64_t(params.k_tiles) * mx_detail::kAtomBytes;
+
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tile_count > 0; --k_tile_count) {
+      pipeline.producer_acquire(smem_pipe_write);
+      auto* bar = pipeline.producer_get_barrier(smem_pipe_write);
+      int const stage = smem_pipe_write.index();
+      int const kt = *k_tile_iter;
+      copy(params.tma_load_a.with(*bar, mcast_a), tAgA(_, _, _, kt), tAsA(_, _, _, stage));
+      copy(params.tma_load_b.with(*bar, mcast_b), tBgB(_, _, _, kt), tBsB(_, _, _, stage));
+      CUTLASS_PRAGMA_UNROLL
+      for (int a = 0; a < kAtomsX; ++a)
+        SM90_BULK_COPY_G2S::copy(sfx + a * band_stride + int64_t(kt) * mx_detail::kAtomBytes, bar,
+                                 shared.sf_x[stage] + a * mx_detail::kAtomBytes, mx_detail::kAtomBytes);
+      CUTLASS_PRAGMA_UNROLL
+      for (int a = 0; a < kAtomsY; ++a)
+        SM90_BULK_COPY_G2S::copy(sfy + a * band_stride + int64_t(kt) * mx_detail::kAtomBytes, bar,
+                                 shared.sf_y[stage] + a * mx_detail::kAtomBytes, mx_detail::kAtomBytes);
+      ++k_tile_iter;
+      ++smem_pipe_write;
+    }
+  }
+
+  CUTLASS_DEVICE void load_tail(MainloopPipeline pipeline, PipelineState smem_pipe_write) {
+    if (cute::elect_one_sync()) pipeline.producer_tail(smem_pipe_write);
+  }
+
+  // ---- consumer ------------------------------------------------------------------------------
+  // Thread-fragment geometry of the wgmma accumulator (CuTe's CLayout_64xN): value
+  // v = v0 + 2 v1 + 4 v2 of atom (mi, ni) sits at row 16 warp + lane/4 + 8 v1 (+ the atom's and
+  // the warpgroup's row offsets) and column 2 (lane % 4) + v0 + 8 v2 (+ ni * atom N).
+  CUTLASS_HOST_DEVICE static int fragment_row(int thread_idx, int mi, int v1) {
+    int const wg = thread_idx / 128, t = thread_idx % 128;
+    return mi * 64 * (kCooperative ? 2 : 1) + wg * 64 + (t / 32) * 16 + (t % 32) / 4 + 8 * v1;
+  }
+
+  // Expand this stage's e8m0 atoms into fp32, shared by the kMmaThreads threads of the tile.
+  CUTLASS_DEVICE void expand_scales(TensorStorage& shared, int stage, int kt, int m_off, int n_off, int thread_idx,
+                                    Params const& params) const {
+    float* f = shared.sf_f32[stage];
+    int const first_block = kt * mx_detail::kBlocksPerTile;
+    auto expand = [&](uint32_t word, int b) {
+      uint32_t const code = (word >> (8 * b)) & 0xFFu;
+      return first_block + b < params.k_blocks ? mx_detail::e8m0_to_float(code) : 0.0f;
+    };
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = thread_idx; r < kTileM; r += kMmaThreads) {
+      int const rr = m_off + r;  // row inside the tile's atom(s)
+      uint32_t const w = *reinterpret_cast<uint32_t const*>(
+          shared.sf_x[stage] + (rr / 128) * mx_detail::kAtomBytes + mx_detail::atom_offset(rr % 128));
+      CUTLASS_PRAGMA_UNROLL
+      for (int b = 0; b < mx_detail::kBlocksPerTile; ++b) f[b * kTileM + r] = expand(w, b);
+    }
+    float* fc = f + mx_detail::kBlocksPerTile * kTileM;
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = thread_idx; c < kTileN; c += kMmaThreads) {
+      int const cc = n_off + c;
+      uint32_t const w = *reinterpret_cast<uint32_t const*>(
+          shared.sf_y[stage] + (cc / 128) * mx_detail::kAtomBytes + mx_detail::atom_offset(cc % 128));
+      int const q = (c / 2) % 4, slot = (c / 8) * 2 + c % 2;
+      CUTLASS_PRAGMA_UNROLL
+      for (int b = 0; b < mx_detail::kBlocksPerTile; ++b) fc[(b * 4 + q) * kColStride + slot] = expand(w, b);
+    }
+  }
+
+  // Packed e2m1 rows of this thread -> the RS wgmma's A fragment of one 32-K block.
+  // smem row r of a stage is 64 bytes, 64 B-swizzled: 16 B chunk j sits at j ^ ((r >> 1) & 3).
+  template <class FragA>
+  CUTLASS_DEVICE static void load_x_block(FragA&& frag, uint8_t const* stage_base, int thread_idx, int block) {
+    using namespace cute;
+    int const q = thread_idx % 4;
+    uint32_t const half = (q & 1) ? 0x7632u : 0x5410u;
+    CUTLASS_PRAGMA_UNROLL
+    for (int mi = 0; mi < kMmaM; ++mi) {
+      auto regs = recast<uint32_t>(frag(_, mi));  // 4 registers: (r, k 4q..), (r+8, ..), (r, k 16+4q..), (r+8, ..)
+      CUTLASS_PRAGMA_UNROLL
+      for (int v1 = 0; v1 < 2; ++v1) {
+        int const r = fragment_row(thread_idx, mi, v1);
+        uint8_t const* row = stage_base + r * 64 + ((block ^ ((r >> 1) & 3)) << 4);
+        uint32_t const w0 = *reinterpret_cast<uint32_t const*>(row + 4 * (q >> 1));      // k 4q..4q+3
+        uint32_t const w1 = *reinterpret_cast<uint32_t const*>(row + 8 + 4 * (q >> 1));  // k 16+4q..
+        uint32_t lo, hi;
+        mx_detail::e2m1x8_to_e4m3x8(__byte_perm(w0, w1, half), lo, hi);
+        regs(v1) = lo;
+        regs(2 + v1) = hi;
+      }
+    }
+  }
+
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                          int k_tile_count, int thread_idx, TensorStorage& shared, Params const& params) {
+    using namespace cute;
+    static_assert(is_rmem<FrgTensorC>::value, "C tensor must be rmem resident.");
+    static_assert(size<0>(FrgTensorC{}) == kAtomN / 2, "unexpected wgmma accumulator fragment");
+    static_assert(size<1>(FrgTensorC{}) == kMmaM && size<2>(FrgTensorC{}) == kMmaN, "unexpected accumulator tiling");
+
+    Tensor sA = make_tensor(make_smem_ptr(shared.smem_A.data()), SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(shared.smem_B.data()), SmemLayoutB{});
+    TiledMma tiled_mma;
+    int const wg = __shfl_sync(0xFFFFFFFF, thread_idx / 128, 0);
+    auto wg_mma = tiled_mma.get_slice(wg * 128);
+    Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));  // (MMA, MMA_N, MMA_K, PIPE)
+    auto thread_mma = tiled_mma.get_slice(thread_idx);
+    // The X operand: smem descriptors (SS), or a register fragment filled per block (RS).
+    auto x_fragment = [&]() {
+      if constexpr (kRegisterX) {
+        auto dummy = make_tensor(make_smem_ptr(static_cast<ElementA*>(nullptr)),
+                                 tile_to_shape(GMMA::Layout_K_SW128_Atom<ElementA>{},
+                                               make_shape(Int<kTileM>{}, Int<mx_detail::kTileK>{})));
+        return thread_mma.partition_fragment_A(dummy);  // (MMA, MMA_M, MMA_K) registers
+      } else {
+        return wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K, PIPE)
+      }
+    };
+    // RS: two fragments, so a K-tile's conversions never overwrite registers a pending wgmma reads.
+    auto tCrA = x_fragment();
+    auto tCrA1 = x_fragment();
+    int const q = thread_idx % 4;
+
+    // Issue block b (0..3) of the current stage into `temp`: one wgmma batch.
+    auto issue_block = [&](auto& temp, int stage, int b, auto& frag_a) {
+      if constexpr (kRegisterX) {
+        load_x_block(frag_a(_, _, b), &shared.smem_A[stage * kTileM * kXBytesPerRow], thread_idx, b);
+        warpgroup_fence_operand(frag_a);
+      }
+      warpgroup_fence_operand(temp);
+      warpgroup_arrive();
+      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+      if constexpr (kRegisterX)
+        cute::gemm(tiled_mma, frag_a(_, _, b), tCrB(_, _, b, stage), temp);
+      else
+        cute::gemm(tiled_mma, tCrA(_, _, b, stage), tCrB(_, _, b, stage), temp);
+    };
+    // acc += temp * col_scale * row_scale for block b of `stage`.
+    auto promote = [&](auto& temp, int stage, int b) {
+      float const* f = shared.sf_f32[stage];
+      float rs[kMmaM][2];
+      CUTLASS_PRAGMA_UNROLL
+      for (int mi = 0; mi < kMmaM; ++mi) {
+        rs[mi][0] = f[b * kTileM + fragment_row(thread_idx, mi, 0)];
+        rs[mi][1] = f[b * kTileM + fragment_row(thread_idx, mi, 1)];
+      }
+      float const* fc = f + mx_detail::kBlocksPerTile * kTileM + (b * 4 + q) * kColStride;
+      warpgroup_fence_operand(temp);
+      CUTLASS_PRAGMA_UNROLL
+      for (int ni = 0; ni < kMmaN; ++ni) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int v2 = 0; v2 < kAtomN / 8; v2 += 2) {
+          // slots ni * kAtomN/4 + 2 v2 + {0,1} and 2 (v2+1) + {0,1}: columns 8 v2 + 2q + {0,1}, 8 (v2+1) + ...
+          float4 const cs = *reinterpret_cast<float4 const*>(fc + ni * (kAtomN / 4) + 2 * v2);
+          float const c[4] = {cs.x, cs.y, cs.z, cs.w};
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < 4; ++j) {
+            int const v0 = j % 2, vv2 = v2 + j / 2;
+            CUTLASS_PRAGMA_UNROLL
+            for (int mi = 0; mi < kMmaM; ++mi) {
+              CUTLASS_PRAGMA_UNROLL
+              for (int v1 = 0; v1 < 2; ++v1) {
+                int const v = v0 + 2 * v1 + 4 * vv2;
+                accum(v, mi, ni) = fmaf(temp(v, mi, ni) * c[j], rs[mi][v1], accum(v, mi, ni));
+              }
+            }
+          }
+        }
+      }
+      warpgroup_fence_operand(accum);
+    };
+
+    // One barrier per tile owner: both warpgroups (cooperative) or this one (ping-pong).
+    int const owner = kCooperative ? 0 : cutlass::canonical_warp_group_idx() - 1;
+    cutlass::arch::NamedBarrier scale_barrier(
+        kMmaThreads, int(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) + owner);
+    // Wait for a stage, expand its scales for every thread of the tile.
+    int kt = 0;
+    auto acquire = [&]() {
+      pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
+      int const stage = smem_pipe_read.index();
+      expand_scales(shared, stage, kt, tile_m_off_, tile_n_off_, thread_idx, params);
+      scale_barrier.sync();
+      ++kt;
+      ++smem_pipe_read;
+      return stage;
+    };
+    PipelineState smem_pipe_release = smem_pipe_read;
+    auto release = [&]() {
+      pipeline.consumer_release(smem_pipe_release);
+      ++smem_pipe_release;
+    };
+
+    clear(accum);
+    if constexpr (!kPerKTile) {
+      Tensor t0 = make_fragment_like(accum);
+      Tensor t1 = make_fragment_like(accum);
+      // Block b of a K-tile goes into t[b % 2]; block 3's promotion is the next K-tile's first.
+      int stage = acquire();
+      issue_block(t0, stage, 0, tCrA);
+      warpgroup_commit_batch();
+      issue_block(t1, stage, 1, tCrA);
+      warpgroup_commit_batch();
+      warpgroup_wait<1>();
+      promote(t0, stage, 0);
+      issue_block(t0, stage, 2, tCrA);
+      warpgroup_commit_batch();
+      warpgroup_wait<1>();
+      promote(t1, stage, 1);
+      issue_block(t1, stage, 3, tCrA);
+      warpgroup_commit_batch();
+      warpgroup_wait<1>();
+      promote(t0, stage, 2);
+      CUTLASS_PRAGMA_NO_UNROLL
+      for (int k = 1; k < k_tile_count; ++k) {
+        int const prev = stage;
+        stage = acquire();
+        issue_block(t0, stage, 0, tCrA);
+        warpgroup_commit_batch();
+        warpgroup_wait<1>();
+        promote(t1, prev, 3);
+        release();
+        issue_block(t1, stage, 1, tCrA);
+        warpgroup_commit_batch();
+        warpgroup_wait<1>();
+        promote(t0, stage, 0);
+        issue_block(t0, stage, 2, tCrA);
+        warpgroup_commit_batch();
+        warpgroup_wait<1>();
+        promote(t1, stage, 1);
+        issue_block(t1, stage, 3, tCrA);
+        warpgroup_commit_batch();
+        warpgroup_wait<1>();
+        promote(t0, stage, 2);
+      }
+      warpgroup_wait<0>();
+      promote(t1, stage, 3);
+      release();
+    } else {
+      // Two sets of four temporaries, one set per K-tile, alternating.
+      Tensor s00 = make_fragment_like(accum), s01 = make_fragment_like(accum);
+      Tensor s02 = make_fragment_like(accum), s03 = make_fragment_like(accum);
+      Tensor s10 = make_fragment_like(accum), s11 = make_fragment_like(accum);
+      Tensor s12 = make_fragment_like(accum), s13 = make_fragment_like(accum);
+      auto issue_tile = [&](auto& a, auto& b, auto& c, auto& d, int stage, auto& frag_a) {
+        issue_block(a, stage, 0, frag_a);
+        issue_block(b, stage, 1, frag_a);
+        issue_block(c, stage, 2, frag_a);
+        issue_block(d, stage, 3, frag_a);
+        warpgroup_commit_batch();
+      };
+      auto promote_tile = [&](auto& a, auto& b, auto& c, auto& d, int stage) {
+        promote(a, stage, 0);
+        promote(b, stage, 1);
+        promote(c, stage, 2);
+        promote(d, stage, 3);
+        release();
+      };
+      int stage0 = acquire();
+      issue_tile(s00, s01, s02, s03, stage0, tCrA);
+      int k = 1;
+      CUTLASS_PRAGMA_NO_UNROLL
+      for (; k + 1 < k_tile_count; k += 2) {
+        int const stage1 = acquire();
+        issue_tile(s10, s11, s12, s13, stage1, tCrA1);
+        warpgroup_wait<1>();
+        promote_tile(s00, s01, s02, s03, stage0);
+        stage0 = acquire();
+        issue_tile(s00, s01, s02, s03, stage0, tCrA);
+        warpgroup_wait<1>();
+        promote_tile(s10, s11, s12, s13, stage1);
+      }
+      if (k < k_tile_count) {
+        int const stage1 = acquire();
+        issue_tile(s10, s11, s12, s13, stage1, tCrA1);
+        warpgroup_wait<1>();
+        promote_tile(s00, s01, s02, s03, stage0);
+        warpgroup_wait<0>();
+        promote_tile(s10, s11, s12, s13, stage1);
+      } else {
+        warpgroup_wait<0>();
+        promote_tile(s00, s01, s02, s03, stage0);
+      }
+    }
+  }
+
+  // mma() retired every wgmma and released every stage it read.
+  CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, int) {}
+
+  // The kernel tells the consumer which tile it works on before mma(): rows/columns of a tile
+  // narrower than 128 start inside their scale atom.
+  template <class BlockCoord>
+  CUTLASS_DEVICE void set_tile(BlockCoord const& blk_coord) {
+    tile_m_off_ = kTileM < 128 ? (int(cute::get<0>(blk_coord)) * kTileM) % 128 : 0;
+    tile_n_off_ = kTileN < 128 ? (int(cute::get<1>(blk_coord)) * kTileN) % 128 : 0;
+  }
+
+ private:
+  int tile_m_off_ = 0, tile_n_off_ = 0;
+};
+
+}  // namespace persistent_gemm::collective

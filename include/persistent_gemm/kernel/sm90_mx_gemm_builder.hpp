@@ -1,0 +1,120 @@
+// Type builder + host runner for the SM90 MX (block-scaled) GEMMs: mxfp8_mm and fp8_fp4_mm.
+//
+//   persistent_gemm::kernel::Sm90MxGemm<OperandX, ElementD, TileShape, ClusterShape, ScheduleTag,
+//       Style, Stages, SwapAB>::run(GemmArgs const&, stream)
+//
+// The kernel computes C(M', N') = X(M', K) . Y(N', K)^T with 1x32 e8m0 scales on both operands
+// (collective/sm90_mx_block_scaled_mma.hpp), K contiguous in both; GemmArgs' a/b are X/Y and
+// scale_a/scale_b their blocked-layout scales (scale_layout.py: 128x4 atoms).
+//   SwapAB = false: X = the activations, Y = the weight, D = C (M x N, row-major).
+//   SwapAB = true:  X = the weight (its rows fill the 64-row wgmma side: decode, and e2m1
+//                   weights, which only the register-sourced A operand can convert), Y = the
+//                   activations; D = C^T, written transposed by the predicated epilogue.
+// The dispatcher (csrc/dispatch.cpp) does the swapping; the kernel only knows X and Y.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_runtime_api.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+#include "cutlass/epilogue/collective/detail.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+
+#include "persistent_gemm/collective/sm90_mx_block_scaled_mma.hpp"
+#include "persistent_gemm/epilogue/sm90_predicated_epilogue.hpp"
+#include "persistent_gemm/kernel/cluster_launch.hpp"
+#include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
+#include "persistent_gemm/registry.h"
+
+namespace persistent_gemm::kernel {
+
+namespace sm90_mx_detail {
+
+// Accumulator registers a consumer thread may hold (mirrors catalogue.py's budget rule).
+constexpr int kAccumulatorRegisterBudget = 192;
+constexpr int kSmemBytes = 232448;     // SM90 opt-in dynamic shared memory
+constexpr int kKernelCarveout = 1024;  // barriers, ordering barriers, section padding
+constexpr int kMaxStages = 16;
+
+template <class OperandX, class TileShape>
+constexpr int stage_bytes() {
+  constexpr int tm = cute::size<0>(TileShape{}), tn = cute::size<1>(TileShape{});
+  constexpr int x_row = std::is_same_v<OperandX, collective::MxOperandE2m1> ? 64 : 128;
+  constexpr int atoms = (tm <= 128 ? 1 : tm / 128) + (tn <= 128 ? 1 : tn / 128);
+  constexpr int floats = 4 * (tm + 4 * (tn / 4 + 4));
+  return tm * x_row + tn * 128 + atoms * 512 + floats * 4 + 16 /* full/empty barriers */;
+}
+
+template <class OperandX, class TileShape>
+constexpr int auto_stages() {
+  int s = (kSmemBytes - kKernelCarveout) / stage_bytes<OperandX, TileShape>();
+  return s > kMaxStages ? kMaxStages : s;
+}
+
+}  // namespace sm90_mx_detail
+
+template <class OperandX, class ElementD, class TileShape, class ClusterShape, class ScheduleTag, class Style,
+          int Stages, bool SwapAB>
+struct Sm90MxGemm {
+  static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
+  static constexpr bool kE2m1 = std::is_same_v<OperandX, collective::MxOperandE2m1>;
+  static_assert(kE2m1 || std::is_same_v<OperandX, collective::MxOperandE4m3>, "OperandX: MxOperandE4m3 or MxOperandE2m1");
+  static_assert(!kE2m1 || SwapAB, "e2m1 weights are converted in registers, which only the MMA's A side allows: "
+                                  "FP8 x FP4 kernels must be swap-AB (the weight as X)");
+  static constexpr int kAccRegs = int(cute::size<0>(TileShape{}) * cute::size<1>(TileShape{})) / (kCooperative ? 256 : 128);
+  static_assert(3 * kAccRegs <= sm90_mx_detail::kAccumulatorRegisterBudget,
+                "MX promotion holds an fp32 accumulator and two in-flight temporaries: 3 x the tile's accumulator "
+                "registers per consumer thread exceed the budget (use a smaller tile)");
+  // Tiny (decode) tiles batch a whole K-tile per wgmma wait: 1 + 2 x 4 accumulator sets.
+  using Promotion = std::conditional_t<9 * kAccRegs <= sm90_mx_detail::kAccumulatorRegisterBudget,
+                                       collective::PromotePerKTile, collective::PromotePerBlock>;
+  static constexpr int kStages = Stages > 0 ? Stages : sm90_mx_detail::auto_stages<OperandX, TileShape>();
+
+  using CollectiveMainloop =
+      collective::Sm90MxBlockScaledMma<OperandX, TileShape, ClusterShape, kStages, kCooperative, Promotion>;
+  using EpilogueOp = epilogue::Sm90PredicatedEpilogue<ElementD, ScaleMode::Block32, SwapAB>;
+  using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<EpilogueOp>;
+  using Kernel = Sm90GemmPersistent<CollectiveMainloop, CollectiveEpilogue, ScheduleTag, Style>;
+  using Arguments = typename Kernel::Arguments;
+  using Params = typename Kernel::Params;
+
+  static Arguments make_arguments(GemmArgs const& g) {
+    Arguments args{};
+    args.problem = cute::make_shape(int(g.m), int(g.n), int(g.k), 1);
+    args.mainloop = {g.a, g.lda, g.b, g.ldb, static_cast<uint8_t const*>(g.scale_a),
+                     static_cast<uint8_t const*>(g.scale_b)};
+    args.epilogue = {static_cast<ElementD*>(g.d), int64_t(g.ldd), nullptr, nullptr};
+    args.scheduler.max_workers = g.max_workers;
+    args.sm_count = g.sm_count;
+    return args;
+  }
+
+  static bool aligned16(void const* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+  // TMA's rules for X and Y (16 B aligned bases, 16 B multiple strides), 16 B aligned scale
+  // atoms (bulk copies), K % 32 for packed e2m1 rows, D's extent.
+  static bool can_implement(GemmArgs const& g) {
+    if (g.m < 1 || g.n < 1 || g.k < 1 || g.scale_mode != ScaleMode::Block32) return false;
+    if (!g.a || !g.b || !g.d || !g.scale_a || !g.scale_b) return false;
+    if (!aligned16(g.a) || !aligned16(g.b) || !aligned16(g.scale_a) || !aligned16(g.scale_b)) return false;
+    int64_t const x_bytes = kE2m1 ? g.k / 2 : g.k;
+    if (kE2m1 && g.k % 32) return false;
+    if (g.lda < x_bytes || g.ldb < g.k || g.lda % 16 || g.ldb % 16) return false;
+    if (g.ldd < (SwapAB ? g.m : g.n)) return false;
+    return Kernel::can_implement(make_arguments(g));
+  }
+
+  static void const* entry() { return reinterpret_cast<void const*>(&sm90_gemm_persistent_entry<Kernel>); }
+
+  static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
+    if (!can_implement(g)) return cudaErrorInvalidValue;
+    Params const params = Kernel::to_underlying_arguments(make_arguments(g));
+    return launch_on_clusters<Kernel>(entry(), params, stream);
+  }
+};
+
+}  // namespace persistent_gemm::kernel
