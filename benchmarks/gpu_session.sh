@@ -3,7 +3,11 @@
 # Run from the repository root with the CUTLASS wheel downloaded into .whl/ (README,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
-#   bash benchmarks/gpu_session.sh build|test|sanitize|accuracy|bench [extra bench_mm.py arguments]
+#   bash benchmarks/gpu_session.sh build|test|sanitize|accuracy|bench|bench_mx [extra bench_mm.py / bench_mx.py arguments]
+#
+# bench_mx also times humming (the optional peer) when its wheel is in .whl/
+# (pip download --no-deps -d .whl humming-kernels==0.1.19): installed without dependencies into
+# /tmp/site, which only that step puts on PYTHONPATH.
 set -uo pipefail
 OUT=${OUT:-benchmarks/results/run}
 mkdir -p "$OUT"
@@ -41,8 +45,22 @@ case "${1:-}" in
     shift
     python3 benchmarks/bench_mm.py --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/bench.log" | grep -v "^sweep" | tail -60
     ;;
+  bench_mx)
+    shift
+    site=""
+    hum=$(ls .whl/humming_kernels-*.whl 2>/dev/null | head -1)
+    if [ -n "$hum" ]; then
+      if [ -d /tmp/site/humming ] || python3 -m pip install -q --no-deps --target /tmp/site "$hum" > "$OUT/humming_install.log" 2>&1; then
+        site=/tmp/site
+      else
+        echo "humming install failed (see $OUT/humming_install.log): bench_mx runs without it"
+      fi
+    fi
+    PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" python3 benchmarks/bench_mx.py --out "$OUT/h200_mx.csv" "$@" 2>&1 \
+      | tee "$OUT/bench_mx.log" | tail -80
+    ;;
   *)
-    echo "usage: $0 build|test|sanitize|accuracy|bench [bench args]" >&2
+    echo "usage: $0 build|test|sanitize|accuracy|bench|bench_mx [bench args]" >&2
     exit 2
     ;;
 esac

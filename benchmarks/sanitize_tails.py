@@ -3,7 +3,11 @@
 Runs each built config, forced, on a few shapes whose M, N and K are not tile multiples (tail
 CTAs of a cluster, partial K-tiles, unaligned N) with NaN-poisoned outputs, and checks the result
 against float64 loosely: the point is memcheck's verdict on out-of-bounds and misaligned
-accesses, the numerics are tested by the GPU test suite.
+accesses, the numerics are tested by the GPU test suite. The MX configs (mxfp8, e4m3xe2m1) run
+on MX_SHAPES (K a multiple of the 32-element scale block, as fp8_fp4_mm requires, but not of a
+K-tile; mxfp8 also gets a partial last block), with plain operands and, where
+``pg.prepare_weight`` exists, a prepared weight; a shape the op refuses (ValueError) is
+reported as "skip", not counted as bad.
 
     compute-sanitizer --tool memcheck --error-exitcode 1 python benchmarks/sanitize_tails.py [--family e4m3]
 """
@@ -17,6 +21,21 @@ import torch
 import persistent_gemm as pg
 
 SHAPES = [(1, 7, 33), (129, 257, 1000), (257, 129, 300), (7, 1000, 129)]
+MX_SHAPES = [(1, 7, 32), (129, 257, 1056), (257, 129, 320), (7, 1000, 160)]
+MX_PARTIAL_K = [(129, 257, 1000)]  # mxfp8 only: the last scale block covers 8 elements
+
+
+def mx_cases(cfg: str, m: int, n: int, k: int):
+    """(label, call, float64 reference) for one MX config and shape: plain and prepared."""
+    fp4 = "_e4m3xe2m1_" in cfg
+    op, fmt = (pg.fp8_fp4_mm, "fp4") if fp4 else (pg.mxfp8_mm, "mxfp8")
+    xq, xs = pg.quantize_mxfp8(torch.randn(m, k, device="cuda"))
+    wq, ws = (pg.quantize_mxfp4 if fp4 else pg.quantize_mxfp8)(torch.randn(n, k, device="cuda"))
+    wd = (pg.dequantize_mxfp4 if fp4 else pg.dequantize_mxfp8)(wq, ws)
+    ref = pg.dequantize_mxfp8(xq, xs).double() @ wd.double().t()
+    yield "plain", lambda: op(xq, xs, wq.t(), ws, config=cfg), ref
+    if hasattr(pg, "prepare_weight"):  # prepared inside the call: its refusals are skips too
+        yield "prepared", lambda: op(xq, xs, pg.prepare_weight(wq, ws, fmt=fmt), config=cfg), ref
 
 
 def main() -> int:
@@ -24,10 +43,25 @@ def main() -> int:
     ap.add_argument("--family", default="", help="only configs whose name contains _<family>_")
     args = ap.parse_args()
     kernels = [k for k in pg._C.built_kernels() if f"_{args.family}_" in k["config"] or not args.family]
-    configs = sorted({(k["config"], k["fast_accum"]) for k in kernels})
+    configs = sorted({(k["config"], bool(k.get("fast_accum", False))) for k in kernels})
     pg._C.set_poison_outputs(True)
-    bad = 0
+    bad = skipped = 0
     for cfg, fast in configs:
+        if "_mxfp8_" in cfg or "_e4m3xe2m1_" in cfg:
+            shapes = MX_SHAPES + (MX_PARTIAL_K if "_mxfp8_" in cfg else [])
+            for m, n, k in shapes:
+                for label, call, ref in mx_cases(cfg, m, n, k):
+                    try:
+                        out = call()
+                    except ValueError as e:  # a rule of the op (K block, alignment), not a memory error
+                        skipped += 1
+                        print(f"skip {cfg} {label} {m}x{n}x{k}: {str(e).splitlines()[0]}", flush=True)
+                        continue
+                    err = ((out.double() - ref).norm() / ref.norm()).item()
+                    ok = bool(torch.isfinite(out).all()) and err < 1e-2
+                    bad += not ok
+                    print(f"{'ok ' if ok else 'BAD'} {cfg} {label} {m}x{n}x{k} rel_err={err:.2e}", flush=True)
+            continue
         fp8 = "_e4m3_" in cfg
         for m, n, k in SHAPES:
             if fp8:
@@ -49,7 +83,7 @@ def main() -> int:
             bad += not ok
             print(f"{'ok ' if ok else 'BAD'} {cfg} {m}x{n}x{k} rel_err={err:.2e}", flush=True)
     torch.cuda.synchronize()
-    print(f"{len(configs)} configs, {bad} bad")
+    print(f"{len(configs)} configs, {bad} bad, {skipped} refused shapes skipped")
     return 1 if bad else 0
 
 

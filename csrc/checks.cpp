@@ -64,7 +64,7 @@ void check_scale_dtype(char const* op, char const* arg, at::Tensor const& s) {
 }
 
 void check_block_scale(char const* op, char const* arg, at::Tensor const& s, int64_t rows,
-                       char const* rows_name, int64_t k, ScaleLayout layout) {
+                       char const* rows_name, int64_t k, ScaleLayout layout, char const* layout_arg) {
   int64_t const blocks = mx_blocks(k);
   if (layout == ScaleLayout::Blocked) {
     TORCH_CHECK_VALUE(s.defined(), msg(op, ": ", arg, " is undefined"));
@@ -73,7 +73,7 @@ void check_block_scale(char const* op, char const* arg, at::Tensor const& s, int
     TORCH_CHECK_VALUE(s.numel() == want, msg(op, ": ", arg, " in the blocked layout must hold ", want,
                       " scales ((", rows_name, " = ", rows, " rounded up to 128) x (ceil(K/32) = ", blocks,
                       " rounded up to 4)), got ", s.numel(), " with shape ", s.sizes(),
-                      "; a plain (rows, ceil(K/32)) scale needs scale_layout='plain'"));
+                      "; a plain (rows, ceil(K/32)) scale needs ", layout_arg, "='plain'"));
     TORCH_CHECK_VALUE(s.is_contiguous(), msg(op, ": ", arg, " in the blocked layout must be contiguous"));
     return;
   }
@@ -100,11 +100,17 @@ void check_block_scaled_operands(char const* op, at::Tensor const& a, at::Tensor
 
 }  // namespace
 
-ScaleLayout parse_scale_layout(char const* op, c10::string_view layout) {
+ScaleLayout parse_scale_layout(char const* op, c10::string_view layout, char const* arg) {
   if (layout == "plain") return ScaleLayout::Plain;
   if (layout == "blocked") return ScaleLayout::Blocked;
-  TORCH_CHECK_VALUE(false, msg(op, ": scale_layout must be 'plain' or 'blocked', got '",
+  TORCH_CHECK_VALUE(false, msg(op, ": ", arg, " must be 'plain' or 'blocked', got '",
                     std::string(layout.data(), layout.size()), "'"));
+}
+
+ScaleLayouts parse_scale_layouts(char const* op, c10::string_view layout,
+                                 std::optional<c10::string_view> b_layout) {
+  ScaleLayout const a = parse_scale_layout(op, layout, "scale_layout");
+  return {a, b_layout ? parse_scale_layout(op, *b_layout, "b_scale_layout") : a};
 }
 
 void check_config(char const* op, std::optional<c10::string_view> config,
@@ -197,21 +203,21 @@ Problem check_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b
 
 Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
                        at::Tensor const& b, at::Tensor const& b_scale,
-                       std::optional<at::ScalarType> out_dtype, ScaleLayout layout) {
+                       std::optional<at::ScalarType> out_dtype, ScaleLayouts layout) {
   check_block_scaled_operands(op, a, a_scale, b, b_scale, "(K, N)", at::kFloat8_e4m3fn);
   TORCH_CHECK_VALUE(a.size(1) == b.size(0), msg(op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
                     b.sizes(), "; their K extents differ"));
   check_row_major(op, "a", a, "row-major (M, K)");
   check_col_major(op, "b", b, "column-major (K, N)");
   int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
-  check_block_scale(op, "a_scale", a_scale, m, "M", k, layout);
-  check_block_scale(op, "b_scale", b_scale, n, "N", k, layout);
+  check_block_scale(op, "a_scale", a_scale, m, "M", k, layout.a, "scale_layout");
+  check_block_scale(op, "b_scale", b_scale, n, "N", k, layout.b, layout.b == layout.a ? "scale_layout" : "b_scale_layout");
   return {m, n, k, resolve_out(op, out_dtype, at::kBFloat16)};
 }
 
 Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
                          at::Tensor const& b, at::Tensor const& b_scale,
-                         std::optional<at::ScalarType> out_dtype, ScaleLayout layout) {
+                         std::optional<at::ScalarType> out_dtype, ScaleLayouts layout) {
   check_block_scaled_operands(op, a, a_scale, b, b_scale, "(K/2, N) of packed e2m1 pairs",
                               at::kFloat4_e2m1fn_x2);
   int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
@@ -221,8 +227,8 @@ Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& 
                     k / 2, ", ", n, "), got ", b.sizes()));
   check_row_major(op, "a", a, "row-major (M, K)");
   check_col_major(op, "b", b, "column-major (K/2, N)");
-  check_block_scale(op, "a_scale", a_scale, m, "M", k, layout);
-  check_block_scale(op, "b_scale", b_scale, n, "N", k, layout);
+  check_block_scale(op, "a_scale", a_scale, m, "M", k, layout.a, "scale_layout");
+  check_block_scale(op, "b_scale", b_scale, n, "N", k, layout.b, layout.b == layout.a ? "scale_layout" : "b_scale_layout");
   return {m, n, k, resolve_out(op, out_dtype, at::kBFloat16)};
 }
 

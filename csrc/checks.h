@@ -20,7 +20,13 @@ enum class ScaleKind { Tensorwise, Rowwise };
 // Layout of MX block scales (python/persistent_gemm/scale_layout.py): plain row-major
 // (rows, ceil(K/32)), or the 128x4-tile "blocked" layout block-scaled tensor cores read.
 enum class ScaleLayout { Plain, Blocked };
-ScaleLayout parse_scale_layout(char const* op, c10::string_view layout);
+ScaleLayout parse_scale_layout(char const* op, c10::string_view layout, char const* arg = "scale_layout");
+// The layouts of a_scale and b_scale: `scale_layout` for both unless `b_scale_layout` is given
+// (a prepared weight's blocked scales beside per-call plain activation scales).
+struct ScaleLayouts {
+  ScaleLayout a, b;
+};
+ScaleLayouts parse_scale_layouts(char const* op, c10::string_view layout, std::optional<c10::string_view> b_layout);
 
 Problem check_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
                  std::optional<at::ScalarType> out_dtype);
@@ -32,11 +38,11 @@ Problem check_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b
 
 Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
                        at::Tensor const& b, at::Tensor const& b_scale,
-                       std::optional<at::ScalarType> out_dtype, ScaleLayout layout);
+                       std::optional<at::ScalarType> out_dtype, ScaleLayouts layout);
 
 Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
                          at::Tensor const& b, at::Tensor const& b_scale,
-                         std::optional<at::ScalarType> out_dtype, ScaleLayout layout);
+                         std::optional<at::ScalarType> out_dtype, ScaleLayouts layout);
 
 // `config` must name a catalogue entry of the given dtype family ("bf16"/"fp16" for mm,
 // "e4m3", "mxfp8", "e4m3xe2m1"); an unknown name lists the catalogue.

@@ -86,7 +86,7 @@ at::Tensor k_major_copy(at::Tensor const& rows_by_k, int64_t alloc_rows) {
 // non-empty answer here is a dispatcher bug, but the message must still say what went wrong.
 std::string broken_launch_rule(GemmArgs const& g, KernelEntry const& e, int64_t d_elem) {
   auto const a_contig = e.a_k_major ? g.k : g.m, b_contig = e.b_k_major ? g.k : g.n;
-  int64_t const ea = e.a_dtype == DType::E4M3 ? 1 : 2;
+  int64_t const ea = e.a_dtype == DType::E4M3 || e.a_dtype == DType::E2M1 ? 1 : 2;
   if (!aligned16(g.a)) return "a's data pointer is not 16-byte aligned (TMA)";
   if (!aligned16(g.b)) return "b's data pointer is not 16-byte aligned (TMA)";
   if (g.lda < a_contig) return msg("a's leading stride ", g.lda, " is smaller than its contiguous extent ", a_contig);
@@ -251,29 +251,116 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
 }
 
 namespace {
-[[noreturn]] void block_scaled_unavailable(char const* op, at::Tensor const& a) {
-  auto const* prop = &device_info(a.get_device());
-  TORCH_CHECK(false, msg(op, ": no CUDA kernel for this op exists yet on this GPU (", prop->name, ", sm_",
-              prop->major, prop->minor, "); the CPU reference runs: call it with CPU tensors."));
+
+// An MX scale as the kernels read it: the blocked layout (128 x 4 atoms), 16-byte aligned.
+// Plain scales are relaid out by the arch module's kernel, every pending one in one launch.
+struct MxScales {
+  at::Tensor a, b;
+};
+MxScales blocked_scales(char const* op, ArchModule const& mod, at::Tensor const& a_scale, int64_t m,
+                        at::Tensor const& b_scale, int64_t n, int64_t k, ScaleLayouts layouts, cudaStream_t stream) {
+  int64_t const blocks = mx_blocks(k);
+  ScaleRelayout jobs[2];
+  int count = 0;
+  auto prepare = [&](at::Tensor const& s, int64_t rows, ScaleLayout layout) {
+    if (layout == ScaleLayout::Blocked) return aligned16(s.data_ptr()) ? s : s.clone();
+    auto out = at::empty({blocked_extent(rows, blocks).numel()}, s.options().dtype(at::kByte));
+    jobs[count++] = {static_cast<uint8_t const*>(s.data_ptr()), rows, blocks, s.size(0) > 1 ? s.stride(0) : blocks,
+                     static_cast<uint8_t*>(out.data_ptr())};
+    return out;
+  };
+  MxScales out{prepare(a_scale, m, layouts.a), prepare(b_scale, n, layouts.b)};
+  if (count) {
+    cudaError_t const err = mod.table->scale_to_blocked(jobs, count, stream);
+    TORCH_CHECK(err == cudaSuccess, msg(op, ": scale relayout failed: ", cudaGetErrorString(err)));
+  }
+  return out;
 }
+
+// The MX ops: `w` is the weight as (N, K) rows (e4m3, or packed e2m1 (N, K/2) bytes), i.e. b^T.
+// A swap-AB kernel runs D^T = W A^T: the weight becomes its X operand and D is written
+// transposed; otherwise X = a, Y = w.
+at::Tensor run_mx(char const* op, ArchModule const& mod, Request req, at::Tensor a, at::Tensor const& a_scale,
+                  at::Tensor w, at::Tensor const& b_scale, ScaleLayouts layouts, Problem const& p) {
+  auto const* prop = &device_info(a.get_device());
+  req.sm_count = prop->sm_count;
+  req.a_k_major = req.b_k_major = true;
+  req.a_needs_copy = !tma_readable(a, true);
+  req.b_needs_copy = !tma_readable(w, true);
+  int64_t const out_elem = c10::elementSize(p.out_dtype);
+  req.d_aligned = (p.n * out_elem) % 16 == 0;
+  Choice const c = choose_kernel_cached(op, *mod.table, req);
+  KernelEntry const& e = *c.entry;
+  if (c.copy_a) a = k_major_copy(a, 0);
+  if (c.copy_b) w = k_major_copy(w, 0);
+  cudaStream_t const stream = c10::cuda::getCurrentCUDAStream(a.get_device());
+  MxScales const sc = blocked_scales(op, mod, a_scale, p.m, b_scale, p.n, p.k, layouts, stream);
+
+  at::ScalarType const kernel_out = e.d_dtype == DType::FP32 ? at::kFloat : at::kBFloat16;
+  auto d_buf = at::empty({p.m, p.n}, a.options().dtype(kernel_out));
+  if (g_poison_outputs.load(std::memory_order_relaxed)) d_buf.fill_(std::numeric_limits<float>::quiet_NaN());
+
+  at::Tensor const& x = e.swap_ab ? w : a;
+  at::Tensor const& y = e.swap_ab ? a : w;
+  GemmArgs args;
+  args.m = int32_t(e.swap_ab ? p.n : p.m);
+  args.n = int32_t(e.swap_ab ? p.m : p.n);
+  args.k = int32_t(p.k);
+  args.a = x.data_ptr();
+  args.lda = tma_ld(x, 1);  // elements of one byte each: e4m3, or packed e2m1 pairs
+  args.b = y.data_ptr();
+  args.ldb = tma_ld(y, 1);
+  args.d = d_buf.data_ptr();
+  args.ldd = p.n;
+  args.scale_mode = ScaleMode::Block32;
+  args.scale_a = (e.swap_ab ? sc.b : sc.a).data_ptr();
+  args.scale_b = (e.swap_ab ? sc.a : sc.b).data_ptr();
+  args.sm_count = req.sm_count;
+  check_launch(e.run(args, stream), op, e, args, int64_t(c10::elementSize(kernel_out)));
+  return kernel_out != p.out_dtype ? d_buf.to(p.out_dtype) : d_buf;
+}
+
+Request mx_request(Problem const& p, DType b, std::optional<c10::string_view> config) {
+  Request req;
+  req.m = p.m, req.n = p.n, req.k = p.k;
+  req.a = DType::E4M3;
+  req.b = b;
+  req.d = to_dtype(p.out_dtype);
+  req.scale = ScaleMode::Block32;
+  if (config) req.config = std::string(config->data(), config->size());
+  return req;
+}
+
 }  // namespace
 
 at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                          at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
-                         c10::string_view scale_layout, std::optional<c10::string_view> config) {
+                         c10::string_view scale_layout, std::optional<c10::string_view> config,
+                         std::optional<c10::string_view> b_scale_layout) {
   char const* op = "persistent_gemm.mxfp8_mm";
-  check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype, parse_scale_layout(op, scale_layout));
+  auto const layouts = parse_scale_layouts(op, scale_layout, b_scale_layout);
+  auto const p = check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype, layouts);
   check_config(op, config, {"mxfp8"});
-  block_scaled_unavailable(op, a);
+  c10::cuda::CUDAGuard guard(a.device());
+  if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
+  check_extents(op, p);
+  auto const& mod = require_arch(op, a);
+  return run_mx(op, mod, mx_request(p, DType::E4M3, config), a, a_scale, b.t(), b_scale, layouts, p);
 }
 
 at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                            at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
-                           c10::string_view scale_layout, std::optional<c10::string_view> config) {
+                           c10::string_view scale_layout, std::optional<c10::string_view> config,
+                           std::optional<c10::string_view> b_scale_layout) {
   char const* op = "persistent_gemm.fp8_fp4_mm";
-  check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype, parse_scale_layout(op, scale_layout));
+  auto const layouts = parse_scale_layouts(op, scale_layout, b_scale_layout);
+  auto const p = check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype, layouts);
   check_config(op, config, {"e4m3xe2m1"});
-  block_scaled_unavailable(op, a);
+  c10::cuda::CUDAGuard guard(a.device());
+  if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
+  check_extents(op, p);
+  auto const& mod = require_arch(op, a);
+  return run_mx(op, mod, mx_request(p, DType::E2M1, config), a, a_scale, b.t(), b_scale, layouts, p);
 }
 
 }  // namespace persistent_gemm

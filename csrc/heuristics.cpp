@@ -26,7 +26,14 @@ char const* dtype_str(DType t) {
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-int64_t bytes_of(DType t) { return t == DType::FP32 ? 4 : t == DType::E4M3 ? 1 : 2; }
+double bytes_of(DType t) {
+  switch (t) {
+    case DType::FP32: return 4;
+    case DType::E4M3: case DType::E8M0: return 1;
+    case DType::E2M1: return 0.5;
+    default: return 2;
+  }
+}
 
 // ---- the cost model ------------------------------------------------------------------------
 // A config's time for a problem is the largest of three bounds, each printable:
@@ -49,6 +56,11 @@ constexpr double kStageOverheadClk = 100;      // per k-tile: barrier waits, iss
 // this one's wgmmas, collective/sm90_fp8_promoted_mma.hpp). Fitted to the H200 sweep: the
 // promoted 128x128 cooperative tile ran within 2-5% of the fast-accumulation kernels.
 constexpr double kPromoteClk = 25;
+// MX: per 32-K block an FMUL + FFMA per accumulator element, on the SM's 128 fp32 lanes,
+// overlapped with the next block's wgmma (collective/sm90_mx_block_scaled_mma.hpp); the e8m0
+// expansion and scale loads add per K-tile.
+constexpr double kFp32LanesPerClk = 128;
+constexpr double kMxTileOverheadClk = 120;
 constexpr double kMmaEffMax = 0.89;            // power/clock derating of the ideal MMA rate
 constexpr double kSmLoadBytesPerUs = 80e3;     // one SM's sustained TMA inflow
 constexpr double kOobFillBytesPerUs = 80e3;    // TMA zero-fill of out-of-bounds box rows, per SM
@@ -62,10 +74,10 @@ constexpr double kCopyLaunchUs = 6.0;          // one extra copy (pad_m), mostly
 
 }  // namespace
 
-Estimate estimate(Request const& r, KernelGeometry const& g, bool pad_m, bool promoted_fp8) {
+Estimate estimate(Request const& r, KernelGeometry const& g, bool pad_m, bool promoted_fp8, bool block_scaled) {
   using namespace model;
   Estimate e;
-  int64_t const ea = bytes_of(r.a), eb = bytes_of(r.b), ed = bytes_of(r.d);
+  double const ea = bytes_of(r.a), eb = bytes_of(r.b), ed = bytes_of(r.d);
   int64_t const mt = cdiv(r.m, g.tile_m), nt = cdiv(r.n, g.tile_n), kp = cdiv(r.k, g.tile_k) * g.tile_k;
   int64_t const ids = cdiv(mt, g.cluster_m) * cdiv(nt, g.cluster_n);
   int64_t const workers = std::max<int64_t>(1, r.sm_count / (g.cluster_m * g.cluster_n));
@@ -73,9 +85,11 @@ Estimate estimate(Request const& r, KernelGeometry const& g, bool pad_m, bool pr
   e.tile_eff = double(r.m) * r.n / (double(ids * g.cluster_m * g.tile_m) * (g.cluster_n * g.tile_n));
 
   // Per k-tile work in SM clocks (fp8 tiles are twice as deep at twice the rate: same clocks).
-  double const flops_per_clk = kFlopsPerClk16 * (ea == 1 ? 2 : 1);
-  double const stage_clk = 2.0 * g.tile_m * g.tile_n * g.tile_k / flops_per_clk;
-  double const overhead_clk = kStageOverheadClk + (promoted_fp8 ? kPromoteClk : 0.0);
+  double const flops_per_clk = kFlopsPerClk16 * (ea <= 1 ? 2 : 1);
+  double stage_clk = 2.0 * g.tile_m * g.tile_n * g.tile_k / flops_per_clk;
+  if (block_scaled) stage_clk = std::max(stage_clk, 2.0 * g.tile_m * g.tile_n * (g.tile_k / 32) / kFp32LanesPerClk);
+  double const overhead_clk =
+      kStageOverheadClk + (promoted_fp8 ? kPromoteClk : 0.0) + (block_scaled ? kMxTileOverheadClk : 0.0);
   double const eff = kMmaEffMax * stage_clk / (stage_clk + overhead_clk);
   double const tile_mma_us = 2.0 * g.tile_m * g.tile_n * kp / flops_per_clk / eff / (kClockGHz * 1e3);
   // Rows past M (columns past N) are not loaded but zero-filled: see oob_us below.
@@ -157,14 +171,13 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
       continue;
     }
     if (explain) fitting.insert(e.config);
-    bool const promoted = promoted_fp8(e);
-    Estimate est = estimate(r, e.geometry, false, promoted);
+    Estimate est = estimate(r, e);
     // Padding M copies A K-major, so it needs a K-major variant. Never with a per-row scale_a
     // (rowwise, or MX block scales): it has only M rows, and the padded rows would read past it.
     if (r.m % e.geometry.tile_m != 0 && e.a_k_major && r.scale != ScaleMode::Rowwise &&
         r.scale != ScaleMode::Block32 &&
         r.m + e.geometry.tile_m < (int64_t(1) << 31)) {
-      Estimate const padded = estimate(r, e.geometry, /*pad_m=*/true, promoted);
+      Estimate const padded = estimate(r, e, /*pad_m=*/true);
       c.pad_m = padded.us < est.us;
       if (c.pad_m) est = padded;
     }
@@ -189,8 +202,10 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
                        (best.pad_d ? ", pads D for TMA" : "") +
                        (best.pad_m ? ", pads M to " + std::to_string(cdiv(r.m, e.geometry.tile_m) * e.geometry.tile_m) : "") +
                        (e.d_dtype != r.d ? ", casts fp32 D" : "") +
-                       (e.a_dtype == DType::E4M3 ? (e.fast_accum ? ", fast accumulation" : ", promoted fp32 accumulation")
-                                                 : "") +
+                       (e.scale_mode == ScaleMode::Block32 ? ", MX scales applied per 32-K block"
+                        : e.a_dtype == DType::E4M3 ? (e.fast_accum ? ", fast accumulation" : ", promoted fp32 accumulation")
+                                                   : "") +
+                       (e.swap_ab ? ", swap-AB (weight on the MMA's M side, D written transposed)" : "") +
                        (e.tma_store ? "" : ", predicated stores"));
   }
   for (auto const& [name, reason] : rejected)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -55,8 +56,24 @@ struct Estimate {
   int64_t waves = 0;
   double tile_eff = 0; // useful fraction of the launched tile area
 };
-// promoted_fp8: the config promotes FP8 partial sums every k-tile (promoted_fp8(entry)).
-Estimate estimate(Request const& req, KernelGeometry const& geometry, bool pad_m = false, bool promoted_fp8 = false);
-inline bool promoted_fp8(KernelEntry const& e) { return e.a_dtype == DType::E4M3 && !e.fast_accum; }
+// promoted_fp8: the config promotes FP8 partial sums every k-tile (promoted_fp8(entry));
+// block_scaled: it promotes every 32-K block with two MX scales (FMUL + FFMA per element).
+// The request is in the kernel's orientation (oriented()).
+Estimate estimate(Request const& req, KernelGeometry const& geometry, bool pad_m = false, bool promoted_fp8 = false,
+                  bool block_scaled = false);
+inline bool promoted_fp8(KernelEntry const& e) {
+  return e.a_dtype == DType::E4M3 && !e.fast_accum && e.scale_mode != ScaleMode::Block32;
+}
+// The problem as the kernel sees it: a swap-AB kernel computes D^T, its M is the op's N.
+inline Request oriented(Request r, KernelEntry const& e) {
+  if (e.swap_ab) {
+    std::swap(r.m, r.n);
+    std::swap(r.a, r.b);
+  }
+  return r;
+}
+inline Estimate estimate(Request const& req, KernelEntry const& e, bool pad_m = false) {
+  return estimate(oriented(req, e), e.geometry, pad_m, promoted_fp8(e), e.scale_mode == ScaleMode::Block32);
+}
 
 }  // namespace persistent_gemm

@@ -73,8 +73,8 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   // choose_kernel refuses M, N, K < 1 and sm_count < 1; the 32-bit bound is the ops' (dispatch.cpp).
   for (auto [what, v] : {std::pair<char const*, int64_t>{"M", m}, {"N", n}, {"K", k}})
     TORCH_CHECK_VALUE(v < (int64_t(1) << 31), msg("explain: ", what, " = ", v, " exceeds the 2^31 the kernels index"));
-  TORCH_CHECK_VALUE(scale == "none" || scale == "tensor" || scale == "row",
-                    msg("explain: scale must be 'none', 'tensor' or 'row', got '", scale, "'"));
+  TORCH_CHECK_VALUE(scale == "none" || scale == "tensor" || scale == "row" || scale == "block",
+                    msg("explain: scale must be 'none', 'tensor', 'row' or 'block', got '", scale, "'"));
   auto const parse = [](std::string const& d, char const* what) {
     if (d == "bf16") return DType::BF16;
     if (d == "fp16") return DType::FP16;
@@ -88,10 +88,16 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   TORCH_CHECK_VALUE(mod, msg("explain: no kernel module for arch '", arch, "' is built"));
   Request r;
   r.m = m, r.n = n, r.k = k;
-  r.a = r.b = parse(dtype, "dtype");
+  // The MX families: e4m3 activations with e8m0 block scales, e4m3 or e2m1 weights.
+  bool const mx = dtype == "mxfp8" || dtype == "e4m3xe2m1";
+  r.a = r.b = mx ? DType::E4M3 : parse(dtype, "dtype");
+  if (dtype == "e4m3xe2m1") r.b = DType::E2M1;
   r.d = parse(out_dtype, "out_dtype");
   r.a_k_major = a_k_major, r.b_k_major = b_k_major;
-  r.scale = scale == "tensor" ? ScaleMode::Tensorwise : scale == "row" ? ScaleMode::Rowwise : ScaleMode::None;
+  r.scale = mx || scale == "block" ? ScaleMode::Block32
+            : scale == "tensor"     ? ScaleMode::Tensorwise
+            : scale == "row"        ? ScaleMode::Rowwise
+                                    : ScaleMode::None;
   r.d_aligned = (n * (r.d == DType::FP32 ? 4 : 2)) % 16 == 0;
   r.sm_count = sm_count;
   r.config = config;
@@ -106,7 +112,8 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   d["pad_d"] = c.pad_d;
   d["log"] = c.log;
   d["pad_m"] = c.pad_m;
-  d["estimate_us"] = estimate(r, c.entry->geometry, c.pad_m, promoted_fp8(*c.entry)).us;
+  d["estimate_us"] = estimate(r, *c.entry, c.pad_m).us;
+  d["swap_ab"] = c.entry->swap_ab;
   d["fast_accum"] = c.entry->fast_accum;
   return d;
 }
@@ -149,6 +156,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         d["scale_mode"] = int(e.scale_mode);
         d["tma_store"] = e.tma_store;
         d["fast_accum"] = e.fast_accum;
+        d["swap_ab"] = e.swap_ab;
         out.append(d);
       }
     return out;

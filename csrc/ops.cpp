@@ -73,25 +73,27 @@ at::Tensor scaled_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor co
 
 at::Tensor mxfp8_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                         at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
-                        c10::string_view scale_layout, std::optional<c10::string_view> config) {
+                        c10::string_view scale_layout, std::optional<c10::string_view> config,
+                        std::optional<c10::string_view> b_scale_layout) {
   char const* op = "persistent_gemm.mxfp8_mm";
-  auto const layout = parse_scale_layout(op, scale_layout);
+  auto const layout = parse_scale_layouts(op, scale_layout, b_scale_layout);
   auto const p = check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype, layout);
   check_config(op, config, {"mxfp8"});
-  auto const da = a.to(at::kFloat) * block_scale_factors(a_scale, p.m, p.k, layout);
-  auto const db = b.t().to(at::kFloat) * block_scale_factors(b_scale, p.n, p.k, layout);  // (N, K)
+  auto const da = a.to(at::kFloat) * block_scale_factors(a_scale, p.m, p.k, layout.a);
+  auto const db = b.t().to(at::kFloat) * block_scale_factors(b_scale, p.n, p.k, layout.b);  // (N, K)
   return at::mm(da, db.t()).to(p.out_dtype);
 }
 
 at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                           at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
-                          c10::string_view scale_layout, std::optional<c10::string_view> config) {
+                          c10::string_view scale_layout, std::optional<c10::string_view> config,
+                          std::optional<c10::string_view> b_scale_layout) {
   char const* op = "persistent_gemm.fp8_fp4_mm";
-  auto const layout = parse_scale_layout(op, scale_layout);
+  auto const layout = parse_scale_layouts(op, scale_layout, b_scale_layout);
   auto const p = check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype, layout);
   check_config(op, config, {"e4m3xe2m1"});
-  auto const da = a.to(at::kFloat) * block_scale_factors(a_scale, p.m, p.k, layout);
-  auto const db = unpack_e2m1(b.t()) * block_scale_factors(b_scale, p.n, p.k, layout);  // (N, K)
+  auto const da = a.to(at::kFloat) * block_scale_factors(a_scale, p.m, p.k, layout.a);
+  auto const db = unpack_e2m1(b.t()) * block_scale_factors(b_scale, p.n, p.k, layout.b);  // (N, K)
   return at::mm(da, db.t()).to(p.out_dtype);
 }
 
@@ -154,12 +156,14 @@ TORCH_LIBRARY(persistent_gemm, m) {
       "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, ScalarType? out_dtype=None, "
       "bool use_fast_accum=False, str? config=None) -> Tensor");
   // scale_layout: 'plain' (rows, ceil(K/32)) or 'blocked' (128x4 tiles); stated, never guessed.
+  // b_scale_layout (None: scale_layout) lets a prepared weight's blocked scales meet per-call
+  // plain activation scales.
   m.def(
       "mxfp8_mm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType? out_dtype=None, "
-      "str scale_layout='plain', str? config=None) -> Tensor");
+      "str scale_layout='plain', str? config=None, str? b_scale_layout=None) -> Tensor");
   m.def(
       "fp8_fp4_mm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType? out_dtype=None, "
-      "str scale_layout='plain', str? config=None) -> Tensor");
+      "str scale_layout='plain', str? config=None, str? b_scale_layout=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(persistent_gemm, CPU, m) {

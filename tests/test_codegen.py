@@ -118,17 +118,37 @@ def test_every_config_lowers_through_its_family_record():
         for v in codegen.variants(cfg):
             tu = codegen.kernel_tu(cfg, v)
             assert f"#include \"persistent_gemm/kernel/{low.header}.hpp\"" in tu
-            assert f"using ElementA = {ELEMENTS[low.a].cpp};" in tu
-            assert f"using ElementB = {ELEMENTS[low.b].cpp};" in tu
             assert f"using ElementD = {ELEMENTS[v.out].cpp};" in tu
             assert f"using Gemm = {low.builder}<" in tu
+            if low.operand_x is not None:  # MX: the X operand's tag, the swap flag
+                assert f"using OperandX = {low.operand_x};" in tu
+                assert f"constexpr bool kSwapAB = {str(cfg.swap_ab).lower()};" in tu
+                assert v.scale == "block" and not v.tma_store
+                continue
+            assert f"using ElementA = {ELEMENTS[low.a].cpp};" in tu
+            assert f"using ElementB = {ELEMENTS[low.b].cpp};" in tu
             assert ("kScale, kTmaStore, Accumulation>" in tu) == low.epilogue_args
 
 
-def test_mx_families_have_no_lowering_yet():
-    # The MX families are catalogue names and schedules only until their kernels exist.
+def test_mx_lowerings():
+    # SM90 MX kernels exist (Sm90MxGemm); the SM100 block-scaled ones are issue 10's.
     from persistent_gemm.library import lowering
 
-    for arch in ("sm90a", "sm100a"):
-        for family in ("mxfp8", "e4m3xe2m1"):
-            assert lowering(arch, family) is None
+    for family, x in (("mxfp8", "MxOperandE4m3"), ("e4m3xe2m1", "MxOperandE2m1")):
+        low = lowering("sm90a", family)
+        assert low is not None and low.block_scale == "e8m0" and low.operand_x.endswith(x)
+        assert lowering("sm100a", family) is None
+
+
+def test_mx_entries_carry_swap_ab_and_block_scales():
+    from persistent_gemm.catalogue import selected
+
+    table = codegen.kernel_table("sm90a", selected("mxfp8|e4m3xe2m1", archs=("sm90a",)))
+    assert "&gen::scale_to_blocked" in table
+    for cfg in selected("mxfp8|e4m3xe2m1", archs=("sm90a",)):
+        for v in codegen.variants(cfg):
+            kid = codegen.ident(f"{cfg.name}__{v.suffix}")
+            line = next(l for l in table.splitlines() if f'"{cfg.name}"' in l and "DType" in l and
+                        table.splitlines()[table.splitlines().index(l) + 1].endswith(f"&gen::run_{kid}}},"))
+            assert "ScaleMode::Block32" in line
+            assert f"false, false, {str(cfg.swap_ab).lower()}," in line

@@ -1,5 +1,6 @@
 """GPU tests of ``scaled_mm`` (FP8 e4m3): shapes, scales, out dtypes, every built config, and
-the two accumulation modes of ``use_fast_accum`` (as in torch._scaled_mm).
+the two accumulation modes of ``use_fast_accum`` (as in torch._scaled_mm). The MX ops are in
+test_gpu_mx.py.
 
 Each result is checked against float64 within error_bound of torch._scaled_mm's error on the
 same inputs in the same accumulation mode (conftest.scaled_mm_bound).
@@ -20,7 +21,6 @@ from conftest import (
     fp8_pair,
     fp32_scales,
     poisoned,
-    randn,
     rel_err,
     strided_scaled_mm_cases,
     torch_scaled_mm,
@@ -153,14 +153,3 @@ def test_scaled_mm_strided_and_broadcast_operands(case, rowwise, mnk):
     a, b = strided_scaled_mm_cases(*mnk, device=CUDA)[case]
     sa, sb = fp32_scales(a.shape[0], b.shape[1], rowwise, seed=6, device=CUDA)
     run_scaled(a, b, sa, sb, torch.float32)
-
-
-# -- MX ops on SM90 ---------------------------------------------------------------------------------
-@pytest.mark.sm90
-def test_mx_ops_say_not_implemented_on_sm90():
-    xq, xs = pg.quantize_mxfp8(randn(64, 64, torch.float32, device=CUDA))
-    with pytest.raises(RuntimeError, match="no CUDA kernel for this op exists yet"):
-        pg.mxfp8_mm(xq, xs, xq.t(), xs)
-    wq, ws = pg.quantize_mxfp4(randn(64, 64, torch.float32, device=CUDA))
-    with pytest.raises(RuntimeError, match="no CUDA kernel for this op exists yet"):
-        pg.fp8_fp4_mm(xq, xs, wq.t(), ws)

@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 4;
+constexpr int kRegistryAbiVersion = 5;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -45,6 +45,13 @@ struct GemmArgs {
   int32_t max_workers = 0;  // 0: fill the GPU
 };
 
+// One plain -> blocked scale conversion (KernelTable::scale_to_blocked).
+struct ScaleRelayout {
+  const uint8_t* src = nullptr;
+  int64_t rows = 0, blocks = 0, ld = 0;
+  uint8_t* dst = nullptr;  // (ceil(rows/128) * ceil(blocks/4)) atoms of 512 bytes
+};
+
 // The kernel style of a config (catalogue.py's `kernel`).
 enum class KernelStyle : int32_t { Cooperative = 0, PingPong = 1, Umma1Sm = 2, Umma2Sm = 3 };
 
@@ -67,6 +74,10 @@ struct KernelEntry {
   // whole K loop (CUTLASS FastAccum; torch._scaled_mm's use_fast_accum=True). false: they are
   // promoted into an fp32 accumulator every K-tile, as torch's default does.
   bool fast_accum;
+  // The kernel computes D^T = B^T A^T: GemmArgs' a/m are the weight (b^T, N rows) and b/n the
+  // activations; D is written transposed. The MX decode and FP8 x FP4 kernels (geometry then
+  // describes the kernel's own M' = N, N' = M tiles).
+  bool swap_ab;
   KernelGeometry geometry;
   // Returns cudaSuccess or the launch error; never throws across the module boundary.
   cudaError_t (*run)(GemmArgs const& args, cudaStream_t stream);
@@ -78,6 +89,9 @@ struct KernelTable {
   int32_t sm_major, sm_minor;
   int32_t count;
   KernelEntry const* entries;
+  // Plain (rows, blocks) e8m0 scales, row stride ld bytes -> the blocked layout (128 x 4 atoms,
+  // padded rows/blocks = 0x7F, i.e. 1.0), one launch on `stream` for up to two scale tensors.
+  cudaError_t (*scale_to_blocked)(ScaleRelayout const* jobs, int count, cudaStream_t stream);
 };
 
 }  // namespace persistent_gemm

@@ -4,7 +4,7 @@ driven by a user-visible tile scheduler.
 Ops (``torch.ops.persistent_gemm.*``, typed wrappers here): :func:`mm`, :func:`scaled_mm`,
 :func:`mxfp8_mm`, :func:`fp8_fp4_mm`. Scheduling: :class:`TileSchedule`, :class:`KernelConfig`,
 :data:`CATALOGUE`. MX helpers: :func:`quantize_mxfp8`, :func:`quantize_mxfp4` and their
-``dequantize_*`` inverses.
+``dequantize_*`` inverses, :func:`prepare_weight` (a weight relaid out once for the kernels).
 
 The scheduler, catalogue and quantization modules are pure Python and import without the
 compiled extension; the ops need it (``scripts/setup_and_demo.sh`` builds it).
@@ -17,6 +17,7 @@ import importlib
 from ._version import __version__
 from .catalogue import CATALOGUE, ConfigError, KernelConfig
 from .explain import Decision, explain
+from .prepare import PreparedWeight, prepare_weight
 from .quant import dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp4, quantize_mxfp8
 from .scale_layout import SCALE_LAYOUTS, from_blocked, to_blocked
 from .schedule import ScheduleGrid, TileSchedule
@@ -85,6 +86,8 @@ __all__ = [
     "dequantize_mxfp4",
     "SCALE_LAYOUTS",
     "to_blocked",
+    "PreparedWeight",
+    "prepare_weight",
     "from_blocked",
     "explain",
     "Decision",

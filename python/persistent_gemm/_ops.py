@@ -32,11 +32,11 @@ def _check_k(a: torch.Tensor, k_b) -> None:
     torch._check(a.shape[1] == k_b, lambda: f"a is (M, K) = {tuple(a.shape)} but b's K extent is {k_b}")
 
 
-def _check_scale(name: str, s: torch.Tensor, rows, k, scale_layout: str) -> None:
+def _check_scale(name: str, s: torch.Tensor, rows, k, scale_layout: str, layout_arg: str = "scale_layout") -> None:
     torch._check(s.dtype == torch.float8_e8m0fnu, lambda: f"{name} must be float8_e8m0fnu, got {s.dtype}")
     blocks = (k + _MX_BLOCK - 1) // _MX_BLOCK
     torch._check(scale_layout in ("plain", "blocked"),
-                 lambda: f"scale_layout must be 'plain' or 'blocked', got {scale_layout!r}")
+                 lambda: f"{layout_arg} must be 'plain' or 'blocked', got {scale_layout!r}")
     if scale_layout == "blocked":
         want = (rows + 127) // 128 * 128 * ((blocks + 3) // 4 * 4)
         torch._check(s.numel() == want, lambda: f"{name} in the blocked layout must hold {want} scales, got {s.numel()}")
@@ -44,6 +44,13 @@ def _check_scale(name: str, s: torch.Tensor, rows, k, scale_layout: str) -> None
     _check_2d(name, s)
     torch._check(s.shape[0] == rows and s.shape[1] == blocks,
                  lambda: f"{name} must be ({rows}, {blocks}), got {tuple(s.shape)}")
+
+
+def _check_b_scale(s, rows, k, scale_layout, b_scale_layout) -> None:
+    if b_scale_layout is None:
+        _check_scale("b_scale", s, rows, k, scale_layout)
+    else:
+        _check_scale("b_scale", s, rows, k, b_scale_layout, "b_scale_layout")
 
 
 @torch.library.register_fake(f"{_LIB}::mm")
@@ -69,19 +76,20 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype=None, use_fast_accum=False
 
 
 @torch.library.register_fake(f"{_LIB}::mxfp8_mm")
-def _mxfp8_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain", config=None):
+def _mxfp8_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain", config=None, b_scale_layout=None):
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype == torch.float8_e4m3fn and b.dtype == torch.float8_e4m3fn,
                  lambda: f"a and b must be float8_e4m3fn, got {a.dtype} and {b.dtype}")
     _check_k(a, b.shape[0])
     _check_scale("a_scale", a_scale, a.shape[0], a.shape[1], scale_layout)
-    _check_scale("b_scale", b_scale, b.shape[1], a.shape[1], scale_layout)
+    _check_b_scale(b_scale, b.shape[1], a.shape[1], scale_layout, b_scale_layout)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, torch.bfloat16))
 
 
 @torch.library.register_fake(f"{_LIB}::fp8_fp4_mm")
-def _fp8_fp4_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain", config=None):
+def _fp8_fp4_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain", config=None,
+                     b_scale_layout=None):
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype == torch.float8_e4m3fn, lambda: f"a must be float8_e4m3fn, got {a.dtype}")
@@ -89,7 +97,7 @@ def _fp8_fp4_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain
     torch._check(a.shape[1] % _MX_BLOCK == 0, lambda: f"K = {a.shape[1]} must be a multiple of 32")
     _check_k(a, b.shape[0] * 2)
     _check_scale("a_scale", a_scale, a.shape[0], a.shape[1], scale_layout)
-    _check_scale("b_scale", b_scale, b.shape[1], a.shape[1], scale_layout)
+    _check_b_scale(b_scale, b.shape[1], a.shape[1], scale_layout, b_scale_layout)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, torch.bfloat16))
 
 
@@ -127,9 +135,24 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     return torch.ops.persistent_gemm.scaled_mm.default(a, b, scale_a, scale_b, out_dtype, use_fast_accum, config)
 
 
-def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
+def _weight_args(b, b_scale, b_scale_layout, fmt: str):
+    """(b, b_scale, b_scale_layout) from either plain tensors or a PreparedWeight."""
+    from .prepare import PreparedWeight
+
+    if isinstance(b, PreparedWeight):
+        if b_scale is not None:
+            raise ValueError("b is a PreparedWeight, which carries its own scales: leave b_scale out")
+        if b.fmt != fmt:
+            raise ValueError(f"b is a PreparedWeight for fmt={b.fmt!r}; this op needs fmt={fmt!r}")
+        return b.b, b.b_scale, b.b_scale_layout
+    if b_scale is None:
+        raise ValueError("b_scale is required unless b is a PreparedWeight (persistent_gemm.prepare_weight)")
+    return b, b_scale, b_scale_layout
+
+
+def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.Tensor] = None, *,
              out_dtype: Optional[torch.dtype] = None, scale_layout: str = "plain",
-             config: Optional[str] = None) -> torch.Tensor:
+             config: Optional[str] = None, b_scale_layout: Optional[str] = None) -> torch.Tensor:
     """MXFP8 block-scaled ``a @ b``.
 
     ``a`` (M, K) e4m3 row-major with ``a_scale`` (M, ceil(K/32)) e8m0; ``b`` (K, N) e4m3
@@ -138,22 +161,36 @@ def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: t
     Semantics: dequantize exactly (``x * 2**(e - 127)``), multiply in fp32, round once.
     Use :func:`persistent_gemm.quantize_mxfp8` to produce the operands.
 
-    ``scale_layout`` says how both scales are laid out: ``"plain"`` (the shapes above) or
+    ``scale_layout`` says how the scales are laid out: ``"plain"`` (the shapes above) or
     ``"blocked"`` (the 128x4-tile layout of cuBLAS/CUTLASS and torchao's ``to_blocked``;
     :func:`persistent_gemm.to_blocked` converts). It is never guessed from the shapes.
+    ``b_scale_layout`` overrides it for ``b_scale`` alone. ``b`` may be a
+    :class:`PreparedWeight` (:func:`prepare_weight`), which carries its scales: omit ``b_scale``.
+
+    On SM90 this is one fused kernel: e4m3 wgmma per 32-deep K block, each block's partial sums
+    promoted into fp32 with its two power-of-two scales; plain scales are relaid out to the
+    blocked layout by one small kernel first (a prepared weight skips its half of that).
     """
-    return torch.ops.persistent_gemm.mxfp8_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout, config)
+    b, b_scale, b_scale_layout = _weight_args(b, b_scale, b_scale_layout, "mxfp8")
+    return torch.ops.persistent_gemm.mxfp8_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout, config,
+                                                      b_scale_layout)
 
 
-def fp8_fp4_mm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, *,
+def fp8_fp4_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.Tensor] = None, *,
                out_dtype: Optional[torch.dtype] = None, scale_layout: str = "plain",
-               config: Optional[str] = None) -> torch.Tensor:
+               config: Optional[str] = None, b_scale_layout: Optional[str] = None) -> torch.Tensor:
     """e4m3 activations times block-scaled e2m1 weights.
 
     ``a`` (M, K) e4m3 row-major with ``a_scale`` (M, K/32) e8m0; ``b`` (K/2, N)
     ``float4_e2m1fn_x2`` column-major -- the transpose of weights stored (N, K/2), two e2m1
     values per byte, element 2i in the low nibble -- with ``b_scale`` (N, K/32) e8m0.
     K must be a multiple of 32. For weights ``w`` (N, K): ``wq, ws = quantize_mxfp4(w)``, then
-    ``fp8_fp4_mm(a, a_scale, wq.t(), ws)``. ``scale_layout``: as for :func:`mxfp8_mm`.
+    ``fp8_fp4_mm(a, a_scale, wq.t(), ws)``, or ``fp8_fp4_mm(a, a_scale, prepare_weight(wq, ws, fmt="fp4"))``.
+    ``scale_layout``, ``b_scale_layout``: as for :func:`mxfp8_mm`.
+
+    On SM90 the packed weight is streamed as is and converted to exact e4m3 in registers inside
+    the GEMM (the weight is the wgmma's register-sourced A operand; D is written transposed).
     """
-    return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout, config)
+    b, b_scale, b_scale_layout = _weight_args(b, b_scale, b_scale_layout, "fp4")
+    return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout, config,
+                                                        b_scale_layout)

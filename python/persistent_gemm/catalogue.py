@@ -42,6 +42,11 @@ FAST_ACCUM_DTYPES: tuple[str, ...] = ("e4m3",)
 #: addressing and pipeline state. Mirrors kAccumulatorRegisterBudget in sm90_gemm_builder.hpp.
 SM90_ACCUMULATOR_REGISTER_BUDGET = 192
 
+#: Dtype families applied with 1x32 e8m0 block scales in the mainloop (the MX ops).
+MX_DTYPES: tuple[str, ...] = ("mxfp8", "e4m3xe2m1")
+#: Name token of swap-AB configs: the weight is the MMA's A operand, D is written transposed.
+_SWAP_TOKEN = "swapab"
+
 #: Environment variable: a regex; only catalogue names it matches (re.search) are built.
 KERNELS_ENV = "PGEMM_KERNELS"
 
@@ -71,6 +76,11 @@ class KernelConfig:
     accum : {"promoted", "fast"}
         FP8 accumulation (see :data:`ACCUMS`); ``"fast"`` exists for e4m3 only and adds the
         ``_fastacc`` token to the name.
+    swap_ab : bool
+        The kernel computes D^T = W X^T: the weight fills the wgmma's 64-row M side and the
+        tokens become a narrow N (decode), D is written transposed; ``tile`` is then
+        (weight rows, tokens, K). Adds the ``_swapab`` token. MX families on sm90a only; FP8 x
+        FP4 requires it (its e2m1 weight is converted in registers, which only the A side allows).
     """
 
     tile: tuple[int, int, int] = (128, 256, 64)
@@ -80,6 +90,7 @@ class KernelConfig:
     dtype: Dtype = "bf16"
     arch: Arch = "sm90a"
     accum: Accum = "promoted"
+    swap_ab: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tile", tuple(int(t) for t in self.tile))
@@ -115,8 +126,10 @@ class KernelConfig:
                 return f"cooperative kernels split tile_m across 2 consumer warpgroups: tile_m must be 128 or 256, got {tm}"
             if self.kernel == "pingpong" and tm not in (64, 128):
                 return f"ping-pong consumers each own a tile: tile_m must be 64 or 128, got {tm}"
-            if self.dtype in ("mxfp8", "e4m3xe2m1"):
-                return f"no sm90a {self.dtype} kernel exists yet (the CPU reference runs these ops)"
+            if self.swap_ab and self.dtype not in MX_DTYPES:
+                return f"swap_ab is implemented for the MX families {MX_DTYPES} only, not {self.dtype}"
+            if self.dtype in MX_DTYPES:
+                return self._sm90_mx_rejection()
             if self.dtype == "e4m3" and self.accum == "promoted":
                 # A cooperative tile is split over 256 consumer threads, a ping-pong tile is one WG's.
                 acc = tm * tn // (256 if self.kernel == "cooperative" else 128)
@@ -125,11 +138,31 @@ class KernelConfig:
                             f"3 x {acc} registers per consumer thread exceed the {SM90_ACCUMULATOR_REGISTER_BUDGET} "
                             f"available for accumulators (use a smaller tile, or accum='fast')")
         else:
+            if self.swap_ab:
+                return "swap_ab is an sm90a option (sm100a MX kernels read both operands from shared memory)"
             want = (64, 128) if self.kernel == "1sm" else (128, 256)
             if tm not in want:
                 return f"{self.kernel} UMMA needs tile_m in {want}, got {tm}"
             if self.kernel == "2sm" and self.schedule.cluster_m % 2:
                 return f"2sm kernels pair CTAs along M: cluster_m must be even, got {self.schedule.cluster_m}"
+        return None
+
+    def _sm90_mx_rejection(self) -> Optional[str]:
+        """The rules of the SM90 MX mainloop (mirrors the static_asserts of
+        collective/sm90_mx_block_scaled_mma.hpp and kernel/sm90_mx_gemm_builder.hpp)."""
+        tm, tn, tk = self.tile
+        if tk != 128:
+            return f"MX kernels need tile_k = 128 (four 1x32 scale blocks, one blocked-layout atom column), got {tk}"
+        if tn > 128 and tn % 128 or tn <= 128 and 128 % tn:
+            return f"MX kernels need tile_n dividing 128 or a multiple of it (scale atoms hold 128 rows), got {tn}"
+        if self.dtype == "e4m3xe2m1" and not self.swap_ab:
+            return ("FP8 x FP4 kernels must be swap_ab: the e2m1 weight is converted to e4m3 in registers, and "
+                    "only the wgmma's A operand comes from registers")
+        acc = tm * tn // (256 if self.kernel == "cooperative" else 128)
+        if 3 * acc > SM90_ACCUMULATOR_REGISTER_BUDGET:
+            return (f"MX promotion keeps an fp32 accumulator and two in-flight temporaries: 3 x {acc} registers per "
+                    f"consumer thread exceed the {SM90_ACCUMULATOR_REGISTER_BUDGET} available for accumulators "
+                    f"(use a smaller tile)")
         return None
 
     @property
@@ -158,6 +191,8 @@ class KernelConfig:
             s.raster,
             _STYLE_TOKEN[self.kernel],
         ]
+        if self.swap_ab:
+            parts.append(_SWAP_TOKEN)
         if self.accum == "fast":
             parts.append(_ACCUM_TOKEN)
         if self.stages is not None:
@@ -174,7 +209,7 @@ class KernelConfig:
         if not m:
             raise ConfigError(
                 f"config name {name!r} is not of the form "
-                "<arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>_<coop|pp|1sm|2sm>[_fastacc][_s<stages>]"
+                "<arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>_<coop|pp|1sm|2sm>[_swapab][_fastacc][_s<stages>]"
             )
         g = m.groupdict()
         try:
@@ -191,6 +226,7 @@ class KernelConfig:
             dtype=g["dtype"],
             arch=g["arch"],
             accum="fast" if g["accum"] else "promoted",
+            swap_ab=bool(g["swap"]),
         )
 
     # -- lowering --------------------------------------------------------------------------
@@ -225,19 +261,21 @@ class KernelConfig:
             "dtype": self.dtype,
             "accum": ("persistent_gemm::kernel::AccumFast" if self.accum == "fast"
                       else "persistent_gemm::kernel::AccumPromoted"),
+            "swap_ab": str(self.swap_ab).lower(),
         }
 
 
 _NAME_RE = re.compile(
     r"(?P<arch>sm90a|sm100a)_(?P<dtype>bf16|fp16|e4m3xe2m1|e4m3|mxfp8)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)"
-    r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)_(?P<style>coop|pp|1sm|2sm)(?P<accum>_fastacc)?(?:_s(?P<stages>\d+))?"
+    r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)_(?P<style>coop|pp|1sm|2sm)(?P<swap>_swapab)?(?P<accum>_fastacc)?(?:_s(?P<stages>\d+))?"
 )
 
 
 def _cfg(tile, swizzle, cluster, kernel="cooperative", dtype="bf16", arch="sm90a", raster="row", stages=None,
-         accum="promoted"):
+         accum="promoted", swap_ab=False):
     return KernelConfig(
         accum=accum,
+        swap_ab=swap_ab,
         tile=tile,
         schedule=TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster),
         stages=stages,
@@ -267,6 +305,16 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     _cfg((64, 64, 64), 8, (1, 2), kernel="pingpong"),
     _cfg((128, 64, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
     _cfg((64, 64, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
+    # MX (1x32 e8m0 block scales, applied per 32-K block in the mainloop). mxfp8 prefill: both
+    # operands by TMA into smem, 128x128 cooperative (the promotion's three accumulator sets fill
+    # the register budget). Decode: swap-AB, the weight on the 64-row side, tokens as a narrow N.
+    _cfg((128, 128, 128), 8, (2, 1), dtype="mxfp8"),
+    _cfg((64, 16, 128), 8, (1, 1), kernel="pingpong", dtype="mxfp8", swap_ab=True),
+    _cfg((64, 64, 128), 8, (1, 1), kernel="pingpong", dtype="mxfp8", swap_ab=True),
+    # FP8 x FP4: always swap-AB (the e2m1 weight is converted in registers, the A side's privilege).
+    _cfg((128, 128, 128), 8, (1, 2), dtype="e4m3xe2m1", swap_ab=True),
+    _cfg((64, 16, 128), 8, (1, 1), kernel="pingpong", dtype="e4m3xe2m1", swap_ab=True),
+    _cfg((64, 64, 128), 8, (1, 1), kernel="pingpong", dtype="e4m3xe2m1", swap_ab=True),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a"),
 )
 

@@ -13,7 +13,9 @@ from .schedule import check_int
 
 #: What :func:`explain` accepts (the C++ side knows the same names).
 ARCHS = ("sm90a", "sm100a")
-DTYPES = ("bf16", "fp16", "e4m3")
+DTYPES = ("bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1")
+#: The MX families (mxfp8_mm, fp8_fp4_mm): e8m0 1x32 block scales, no `scale` argument.
+MX_DTYPES = ("mxfp8", "e4m3xe2m1")
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 SCALES = ("none", "tensor", "row")
 #: The kernels index tiles and elements with 32-bit extents (the ops refuse M, N, K >= 2^31).
@@ -31,6 +33,7 @@ class Decision:
     estimate_us: float = 0.0  # the cost model's estimate for the chosen kernel (H200 constants)
     log: list = field(default_factory=list)
     fast_accum: bool = False  # fp8 partial sums kept in the MMA's accumulator (use_fast_accum=True)
+    swap_ab: bool = False  # the kernel computes D^T with the weight on the MMA's M side (MX decode, FP8 x FP4)
 
     def __str__(self) -> str:
         return "\n".join([f"chosen: {self.config}", *(f"  {line}" for line in self.log)])
@@ -60,7 +63,11 @@ def _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config
     if dtype == "e4m3" and scale == "none":
         raise ValueError("scale must be 'tensor' or 'row' for dtype 'e4m3' (scaled_mm), got 'none'")
     if dtype != "e4m3" and scale != "none":
-        raise ValueError(f"scale must be 'none' for dtype {dtype!r} (mm has no scales), got {scale!r}")
+        what = "the MX ops carry their e8m0 block scales" if dtype in MX_DTYPES else "mm has no scales"
+        raise ValueError(f"scale must be 'none' for dtype {dtype!r} ({what}), got {scale!r}")
+    if dtype in MX_DTYPES and layout != "rc":
+        raise ValueError(f"layout must be 'rc' for dtype {dtype!r} (the MX ops take a row-major a and a column-major b), "
+                         f"got {layout!r}")
     if not isinstance(arch, str):
         raise TypeError(f"arch must be a str, one of {', '.join(ARCHS)}; got {arch!r} ({type(arch).__name__})")
     if arch not in ARCHS:
@@ -80,8 +87,8 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
             config: Optional[str] = None, use_fast_accum: bool = False) -> Decision:
     """The kernel ``mm``/``scaled_mm`` would pick for an (M, N, K) problem.
 
-    ``M``, ``N``, ``K``: positive ints below 2^31. ``dtype``: ``"bf16"``, ``"fp16"`` (mm) or
-    ``"e4m3"`` (scaled_mm). ``out_dtype``: ``"bf16"``, ``"fp16"`` or ``"fp32"``; defaults to the
+    ``M``, ``N``, ``K``: positive ints below 2^31. ``dtype``: ``"bf16"``, ``"fp16"`` (mm),
+    ``"e4m3"`` (scaled_mm), ``"mxfp8"`` (mxfp8_mm) or ``"e4m3xe2m1"`` (fp8_fp4_mm). ``out_dtype``: ``"bf16"``, ``"fp16"`` or ``"fp32"``; defaults to the
     input dtype for mm, bf16 for fp8. ``layout`` is two letters, for a (M, K) and b (K, N):
     ``r`` row-major, ``c`` column-major (``"rc"``: both K-major, the fast path). ``scale``:
     ``"none"`` for mm; ``"tensor"`` or ``"row"`` for scaled_mm (dtype ``"e4m3"`` needs one of
@@ -106,9 +113,9 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
 
     M, N, K, sm_count = _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config,
                                     use_fast_accum)
-    out = out_dtype or ("bf16" if dtype == "e4m3" else dtype)
+    out = out_dtype or ("bf16" if dtype in ("e4m3",) + MX_DTYPES else dtype)
     d = require_extension().explain(arch, M, N, K, dtype, out, a_k_major=layout[0] == "r",
                                     b_k_major=layout[1] == "c", scale=scale, sm_count=sm_count, config=config,
                                     fast_accum=use_fast_accum)
     return Decision(d["config"], d["tma_store"], d["copy_a"], d["copy_b"], d["pad_d"], d["pad_m"], d["estimate_us"],
-                    list(d["log"]), bool(d.get("fast_accum", False)))
+                    list(d["log"]), bool(d.get("fast_accum", False)), bool(d.get("swap_ab", False)))

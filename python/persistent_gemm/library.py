@@ -4,7 +4,7 @@ says how a :class:`~persistent_gemm.catalogue.KernelConfig` of that family becom
 
 :mod:`persistent_gemm.codegen` reads these to write the kernel translation units and the
 kernel table; tests and benchmarks read them for spellings. A family without a record (the MX
-families today) has schedules and a catalogue name but no kernel to generate.
+families on sm100a today) has schedules and a catalogue name but no kernel to generate.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ ELEMENTS: dict[str, Element] = {e.name: e for e in (
 )}
 
 #: Epilogue scale modes (registry.h ScaleMode) by their variant spelling.
-SCALE_MODES = {"none": "None", "tensor": "Tensorwise", "row": "Rowwise"}
+SCALE_MODES = {"none": "None", "tensor": "Tensorwise", "row": "Rowwise", "block": "Block32"}
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,8 @@ class Lowering:
     tuned: tuple[Variant, ...]
     block_scale: Optional[str] = None
     epilogue_args: bool = False
+    #: MX builders (Sm90MxGemm): the C++ tag of the X operand's element in the mainloop
+    operand_x: Optional[str] = None
 
 
 def _sixteen_bit_sm90(d: str) -> dict:
@@ -96,7 +98,16 @@ _SM90 = dict(builder="persistent_gemm::kernel::Sm90Gemm", header="sm90_gemm_buil
 _SM100 = dict(builder="persistent_gemm::kernel::Sm100Gemm", header="sm100_gemm_builder")
 _FP8_TUNED = (Variant(True, True, "bf16", "tensor"), Variant(True, True, "bf16", "row"))
 
+# MX: block scales are applied in the mainloop and D is written by predicated stores (the
+# transposed D of a swap-AB kernel cannot be a TMA store box); fp32 out covers fp16 by one cast.
+_SM90_MX = dict(builder="persistent_gemm::kernel::Sm90MxGemm", header="sm90_mx_gemm_builder", block_scale="e8m0",
+                primary=(Variant(True, True, "bf16", "block", False), Variant(True, True, "fp32", "block", False)),
+                tuned=(Variant(True, True, "bf16", "block", False),))
+
 LOWERINGS: dict[tuple[str, str], Lowering] = {(r.arch, r.family): r for r in (
+    Lowering("sm90a", "mxfp8", "e4m3", "e4m3", operand_x="persistent_gemm::collective::MxOperandE4m3", **_SM90_MX),
+    Lowering("sm90a", "e4m3xe2m1", "e4m3", "e2m1", operand_x="persistent_gemm::collective::MxOperandE2m1",
+             **_SM90_MX),
     Lowering("sm90a", "bf16", "bf16", "bf16", **_SM90, **_sixteen_bit_sm90("bf16")),
     Lowering("sm90a", "fp16", "fp16", "fp16", **_SM90, **_sixteen_bit_sm90("fp16")),
     Lowering("sm90a", "e4m3", "e4m3", "e4m3", **_SM90,

@@ -1,0 +1,64 @@
+// Plain (rows, ceil(K/32)) e8m0 scales -> the blocked layout the MX kernels read (and SM100's
+// block-scaled tensor cores, cuBLAS and torchao's to_blocked): 512-byte atoms of 128 rows x 4
+// blocks, atom (band, t) at ((band * ceil(blocks/4)) + t) * 512, row r / block c at byte
+// (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4; padding rows and blocks hold 0x7F (2^0).
+// Arch-neutral CUDA: one thread writes one 4-byte word (one row's four blocks of one atom).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "persistent_gemm/registry.h"
+
+namespace persistent_gemm::host {
+
+constexpr int kMaxRelayoutJobs = 2;
+struct RelayoutBatch {
+  ScaleRelayout job[kMaxRelayoutJobs];
+  int64_t first_word[kMaxRelayoutJobs + 1];  // prefix sums of the jobs' word counts
+  int count;
+};
+
+__global__ void scale_to_blocked_kernel(RelayoutBatch batch) {
+  int64_t const w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (w >= batch.first_word[batch.count]) return;
+  int j = 0;
+  while (j + 1 < batch.count && w >= batch.first_word[j + 1]) ++j;
+  ScaleRelayout const& s = batch.job[j];
+  int64_t const local = w - batch.first_word[j];
+  // word index inside the blocked tensor: atom * 128 + (r % 32) * 4 + (r % 128) / 32
+  int64_t const atom = local / 128, in_atom = local % 128;
+  int64_t const atoms_k = (s.blocks + 3) / 4;
+  int64_t const band = atom / atoms_k, t = atom % atoms_k;
+  int64_t const row = band * 128 + (in_atom / 4) + (in_atom % 4) * 32;
+  uint32_t word = 0;
+  for (int c = 0; c < 4; ++c) {
+    int64_t const blk = t * 4 + c;
+    uint32_t const code = (row < s.rows && blk < s.blocks) ? s.src[row * s.ld + blk] : 0x7Fu;
+    word |= code << (8 * c);
+  }
+  reinterpret_cast<uint32_t*>(s.dst)[local] = word;
+}
+
+inline int64_t blocked_words(ScaleRelayout const& s) {
+  return (s.rows + 127) / 128 * ((s.blocks + 3) / 4) * 128;
+}
+
+inline cudaError_t scale_to_blocked(ScaleRelayout const* jobs, int count, cudaStream_t stream) {
+  if (count < 1 || count > kMaxRelayoutJobs) return cudaErrorInvalidValue;
+  RelayoutBatch b{};
+  b.count = count;
+  b.first_word[0] = 0;
+  for (int j = 0; j < count; ++j) {
+    b.job[j] = jobs[j];
+    b.first_word[j + 1] = b.first_word[j] + blocked_words(jobs[j]);
+  }
+  int64_t const words = b.first_word[count];
+  if (words == 0) return cudaSuccess;
+  int const threads = 256;
+  scale_to_blocked_kernel<<<unsigned((words + threads - 1) / threads), threads, 0, stream>>>(b);
+  return cudaGetLastError();
+}
+
+}  // namespace persistent_gemm::host

@@ -1,0 +1,103 @@
+"""Weights prepared once for the MX ops, so serving does not pay their re-layout per call.
+
+The SM90 MX kernels read e8m0 scales in the blocked layout (128-row x 4-block atoms, one
+512-byte bulk copy per tile and K-tile) and weights K-major with 16-byte aligned rows (TMA).
+:func:`prepare_weight` does both conversions once: the scales are relaid out, the data is at
+most copied to aligned rows. Both stay in MX form -- e4m3 or packed e2m1 bytes and e8m0
+scales, the bytes the kernel streams -- nothing is dequantized; the kernels convert operands
+in registers or shared memory, inside the GEMM.
+
+    wq, ws = pg.quantize_mxfp4(w)                 # w (N, K)
+    pw = pg.prepare_weight(wq, ws, fmt="fp4")     # once, at load time
+    y = pg.fp8_fp4_mm(xq, xs, pw)                 # per call: only the activations' scales relaid
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .scale_layout import check_scale_layout, to_blocked
+
+__all__ = ["FORMATS", "PreparedWeight", "prepare_weight"]
+
+#: fmt -> (weight dtype, data bytes per K element, the op that takes it)
+FORMATS = {
+    "mxfp8": (torch.float8_e4m3fn, 1.0, "mxfp8_mm"),
+    "fp4": (torch.float4_e2m1fn_x2, 0.5, "fp8_fp4_mm"),
+}
+_MX_BLOCK = 32
+
+
+@dataclass(frozen=True)
+class PreparedWeight:
+    """A weight ready for :func:`mxfp8_mm` (``fmt="mxfp8"``) or :func:`fp8_fp4_mm` (``"fp4"``):
+    pass it as ``b`` and leave ``b_scale`` out.
+
+    ``b`` is the (K, N) column-major operand view (for fp4: (K/2, N) packed pairs), ``b_scale``
+    its e8m0 scales in ``b_scale_layout`` ("blocked"), ``n``/``k`` the logical extents."""
+
+    b: torch.Tensor
+    b_scale: torch.Tensor
+    fmt: str
+    n: int
+    k: int
+    b_scale_layout: str = "blocked"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a GEMM streams for this weight: data plus scales."""
+        return self.b.untyped_storage().nbytes() + self.b_scale.numel()
+
+
+def _aligned_rows(w: torch.Tensor) -> torch.Tensor:
+    """``w`` (rows, cols) of 1-byte elements with unit column stride and 16-byte aligned rows:
+    itself when it already is, else a copy into a buffer whose rows are padded to 16 bytes."""
+    rows, cols = w.shape
+    ok = (w.stride(1) == 1 or cols == 1) and (rows == 1 or (w.stride(0) % 16 == 0 and w.stride(0) >= cols))
+    if ok and w.data_ptr() % 16 == 0:
+        return w
+    ld = -(-cols // 16) * 16
+    buf = torch.empty((rows, ld), dtype=torch.uint8, device=w.device)
+    buf[:, :cols].copy_(w.view(torch.uint8))
+    return buf[:, :cols].view(w.dtype)
+
+
+def prepare_weight(wq: torch.Tensor, ws: torch.Tensor, *, fmt: str, scale_layout: str = "plain") -> PreparedWeight:
+    """Prepare an MX weight once for repeated GEMMs.
+
+    ``wq``: the weight as stored, (N, K) ``float8_e4m3fn`` for ``fmt="mxfp8"`` or (N, K/2)
+    ``float4_e2m1fn_x2`` (element 2i in the low nibble) for ``fmt="fp4"`` -- what
+    :func:`quantize_mxfp8` / :func:`quantize_mxfp4` return. ``ws``: its e8m0 scales, plain
+    (N, ceil(K/32)) or, with ``scale_layout="blocked"``, already blocked.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {tuple(FORMATS)}, got {fmt!r}")
+    dtype, per_k, op = FORMATS[fmt]
+    check_scale_layout(scale_layout)
+    if not isinstance(wq, torch.Tensor) or wq.dim() != 2:
+        raise ValueError(f"wq must be a 2-D (N, K{'/2' if fmt == 'fp4' else ''}) tensor, got "
+                         f"{getattr(wq, 'shape', type(wq).__name__)}")
+    if wq.dtype != dtype:
+        raise TypeError(f"wq must be {dtype} for fmt={fmt!r} ({op}), got {wq.dtype}")
+    if not isinstance(ws, torch.Tensor) or ws.dtype != torch.float8_e8m0fnu:
+        raise TypeError(f"ws must be a torch.float8_e8m0fnu tensor of e8m0 scales, got "
+                        f"{getattr(ws, 'dtype', type(ws).__name__)}")
+    if ws.device != wq.device:
+        raise ValueError(f"ws is on {ws.device} but wq is on {wq.device}")
+    n = wq.shape[0]
+    k = int(wq.shape[1] / per_k)
+    blocks = -(-k // _MX_BLOCK)
+    if scale_layout == "plain":
+        if ws.dim() != 2 or tuple(ws.shape) != (n, blocks):
+            raise ValueError(f"ws must be (N, ceil(K/32)) = ({n}, {blocks}) plain scales, got {tuple(ws.shape)}")
+        blocked = to_blocked(ws.contiguous())
+    else:
+        want = -(-n // 128) * 128 * (-(-blocks // 4) * 4)
+        if ws.numel() != want:
+            raise ValueError(f"ws in the blocked layout must hold {want} scales for N = {n}, K = {k}, got {ws.numel()}")
+        blocked = ws.contiguous()
+    if blocked.data_ptr() % 16:
+        blocked = blocked.clone()
+    return PreparedWeight(b=_aligned_rows(wq).t(), b_scale=blocked.reshape(-1), fmt=fmt, n=n, k=k)
