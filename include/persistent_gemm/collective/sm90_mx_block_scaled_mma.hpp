@@ -354,7 +354,9 @@ struct Sm90MxBlockScaledMma {
   }
 
   // Packed e2m1 rows of this thread -> the RS wgmma's A fragment of one 32-K block.
-  // smem row r of a stage is 64 bytes, 64 B-swizzled: 16 B chunk j sits at j ^ ((r >> 1) & 3).
+  // smem row r of a stage is 64 bytes, 64 B-swizzled by TMA: 16 B chunk j of a row sits at
+  // j ^ (address bits 7..8 of the row). The hardware swizzles absolute shared-memory addresses,
+  // so the XOR is taken from the row's address, not its index (the buffer need not be 512 B aligned).
   template <class FragA>
   CUTLASS_DEVICE static void load_x_block(FragA&& frag, uint8_t const* stage_base, int thread_idx, int block) {
     using namespace cute;
@@ -366,7 +368,9 @@ struct Sm90MxBlockScaledMma {
       CUTLASS_PRAGMA_UNROLL
       for (int v1 = 0; v1 < 2; ++v1) {
         int const r = fragment_row(thread_idx, mi, v1);
-        uint8_t const* row = stage_base + r * 64 + ((block ^ ((r >> 1) & 3)) << 4);
+        uint8_t const* row_start = stage_base + r * 64;
+        uint32_t const row_addr = cute::cast_smem_ptr_to_uint(row_start);
+        uint8_t const* row = row_start + ((block ^ ((row_addr >> 7) & 3)) << 4);
         uint32_t const w0 = *reinterpret_cast<uint32_t const*>(row + 4 * (q >> 1));      // k 4q..4q+3
         uint32_t const w1 = *reinterpret_cast<uint32_t const*>(row + 8 + 4 * (q >> 1));  // k 16+4q..
         uint32_t lo, hi;
