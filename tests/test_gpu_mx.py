@@ -253,6 +253,19 @@ def test_mx_every_config(name):
             mx_call(op, args, out_dtype=FP32, config=name)
 
 
+@pytest.mark.parametrize("k_tiles", [1, 2, 3, 5, 9])
+@pytest.mark.parametrize("name", CONFIGS)
+def test_mx_every_config_k_tile_counts(name, k_tiles):
+    """Odd and even K-tile counts (128 K each): the decode kernels promote two K-tiles per step
+    and the prefill ones block by block, so the loop's tails differ by parity."""
+    op = OP_OF[family_of(name)]
+    k = 128 * k_tiles - (32 if k_tiles > 1 else 0)  # a partial last K-tile where there are several
+    for m, n in ((1, 300), (37, 130)):
+        args = mx_operands(op, m, n, k, seed=k_tiles * 11 + m)
+        out = run(op, args, BF16, "plain", config=name)
+        assert out.shape == (m, n)
+
+
 # -- prepared weights ---------------------------------------------------------------------------------
 def _prepare(op, b, sb):
     return pg.prepare_weight(b.t(), sb, fmt="mxfp8" if op == "mxfp8_mm" else "fp4")

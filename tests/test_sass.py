@@ -40,12 +40,35 @@ def sass(arch: str) -> str:
 
 
 
+def _built_families(arch: str) -> set:
+    return {e["config"].split("_")[1] for e in pg._C.built_kernels() if e["arch"] == arch}
+
+
 def test_sm90a_uses_wgmma_and_tma():
     text = sass("sm90a")
-    assert re.search(r"\bHGMMA\.64x\d+x16\.F32\.BF16", text), "no bf16 wgmma in the sm90a module"
-    assert re.search(r"\bQGMMA\.64x\d+x32\.F32\.E4M3\.E4M3", text), "no fp8 wgmma in the sm90a module"
-    assert "UTMALDG" in text and "UTMASTG" in text, "no TMA loads/stores"
+    fams = _built_families("sm90a")
+    if fams & {"bf16", "fp16"}:
+        assert re.search(r"\bHGMMA\.64x\d+x16\.F32\.(BF16|F16)", text), "no 16-bit wgmma in the sm90a module"
+    if fams & {"e4m3", "mxfp8", "e4m3xe2m1"}:
+        assert re.search(r"\bQGMMA\.64x\d+x32\.F32\.E4M3\.E4M3", text), "no fp8 wgmma in the sm90a module"
+    assert "UTMALDG" in text, "no TMA loads"
+    if fams & {"bf16", "fp16", "e4m3"}:
+        assert "UTMASTG" in text, "no TMA stores"
     assert "code for sm_90a" in text
+
+
+def test_sm90a_mx_kernels_stream_mx_bytes():
+    """The MX kernels bulk-copy e8m0 scale atoms (UBLKCP) beside the TMA tiles, and the FP8 x FP4
+    kernels feed wgmma a register A operand (the e2m1 -> e4m3 conversion happens in registers,
+    by byte permutes), not a shared-memory descriptor."""
+    text = sass("sm90a")
+    fams = _built_families("sm90a")
+    if not fams & {"mxfp8", "e4m3xe2m1"}:
+        pytest.skip("no MX kernel built")
+    assert "UBLKCP.S.G" in text, "no bulk copy of scale atoms"
+    if "e4m3xe2m1" in fams:
+        assert re.search(r"QGMMA\.64x\d+x32\.F32\.E4M3\.E4M3 R\d+, R\d+, gdesc", text), "no register-A fp8 wgmma"
+        assert text.count("PRMT") > 100, "no byte-permute e2m1 conversion"
 
 
 def test_sm100a_uses_tcgen05_mma():

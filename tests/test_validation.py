@@ -152,12 +152,36 @@ def test_explain_zero_size_raises_instead_of_killing_the_interpreter():
 
 @pytest.mark.skipif(not pg.extension_available(), reason="needs the compiled extension")
 def test_explain_use_fast_accum_with_the_extension():
-    if "sm90a" not in pg.built_archs():
-        pytest.skip("needs the sm90a kernel module built")
+    if not any(e["config"].startswith("sm90a_e4m3_") for e in pg._C.built_kernels()):
+        pytest.skip("needs sm90a e4m3 kernels built")
     d = pg.explain(4096, 4096, 4096, dtype="e4m3", scale="tensor")
     assert d.fast_accum is False
     d = pg.explain(4096, 4096, 4096, dtype="e4m3", scale="tensor", use_fast_accum=True)
     assert isinstance(d.fast_accum, bool)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(dtype="mxfp8", scale="row"), r"scale must be 'none' for dtype 'mxfp8' \(the MX ops carry"),
+    (dict(dtype="e4m3xe2m1", layout="rr"), r"layout must be 'rc' for dtype 'e4m3xe2m1'"),
+    (dict(dtype="mxfp8", use_fast_accum=True), r"use_fast_accum=True applies to dtype 'e4m3'"),
+])
+def test_explain_mx_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pg.explain(16, 8192, 8192, **kwargs)
+
+
+@pytest.mark.skipif(not pg.extension_available(), reason="needs the compiled extension")
+@pytest.mark.parametrize("dtype", ["mxfp8", "e4m3xe2m1"])
+def test_explain_mx_picks_a_built_mx_kernel(dtype):
+    built = [e for e in pg._C.built_kernels() if e["config"].startswith(f"sm90a_{dtype}_")]
+    if not built:
+        pytest.skip(f"no sm90a {dtype} kernel built")
+    d = pg.explain(1, 8192, 8192, dtype=dtype)
+    assert d.config.startswith(f"sm90a_{dtype}_")
+    assert d.swap_ab == d.config.endswith("_swapab")
+    assert "MX scales applied per 32-K block" in str(d)
+    if dtype == "e4m3xe2m1":
+        assert d.swap_ab  # the e2m1 weight is the register-sourced A operand
 
 
 # ----------------------------------------------------------------------------------------------

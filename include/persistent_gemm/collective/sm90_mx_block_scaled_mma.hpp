@@ -3,7 +3,7 @@
 // Hopper has no block-scaled MMA, so the scales are applied around FP8 wgmma: every 32-deep K
 // block (one m64nNk32 e4m3 wgmma) lands in a temporary accumulator, which is then promoted into
 // the fp32 accumulator with the block's two power-of-two scales,
-//     acc[r][c] += T[r][c] * sy[c] * sx[r]          (FMUL + FFMA per element; both exact),
+//     acc[r][c] += T[r][c] * (sy[c] * sx[r])        (FMUL + FFMA per element; both exact),
 // while the next block's wgmma runs. The operand bytes the kernel streams stay MX: e4m3 / packed
 // e2m1 data by TMA, e8m0 scales by 1-D bulk copies of the blocked layout's 512-byte atoms
 // (128 rows x 4 blocks: one tile-row band of one 128-deep K-tile), all into the same pipeline
@@ -23,9 +23,9 @@
 // Two promotion schedules (Promotion template argument):
 //   PerBlock  two temporaries alternate per 32-K block: the tensor core always has the next block
 //             queued while the previous one is promoted. 3 accumulator sets.
-//   PerKTile  for narrow (decode) tiles: a K-tile's four blocks go into four temporaries as one
-//             batch; the previous K-tile's four are promoted while it runs. 9 accumulator sets, so
-//             only tiny tiles (64x16, 64x32) qualify; the wgmma latency is paid once per K-tile.
+//   PerKTile  for narrow (decode) tiles: two K-tiles' eight blocks go into eight temporaries;
+//             the previous pair's eight are promoted while they run. 17 accumulator sets, so
+//             only tiny tiles (64x16) qualify; the latency chain is paid once per two K-tiles.
 //
 // The rest of the collective interface (load_init/load/load_tail/mma/mma_tail, Params,
 // TensorStorage) is what Sm90GemmPersistent composes; the persistent loop, roles and scheduler
@@ -172,7 +172,7 @@ struct Sm90MxBlockScaledMma {
   using PipelineStorage = typename MainloopPipeline::SharedStorage;
   static constexpr int NumProducerThreadEvents = 1;
   // Accumulator-sized register sets a consumer holds (the kernel's register split reads it).
-  static constexpr int kAccumulatorCopies = kPerKTile ? 1 + 2 * mx_detail::kBlocksPerTile : 3;
+  static constexpr int kAccumulatorCopies = kPerKTile ? 1 + 4 * mx_detail::kBlocksPerTile : 3;
 
   static constexpr uint32_t kScaleBytes = uint32_t(kAtomsX + kAtomsY) * mx_detail::kAtomBytes;
   static constexpr uint32_t TmaTransactionBytes =
@@ -425,6 +425,10 @@ struct Sm90MxBlockScaledMma {
         cute::gemm(tiled_mma, frag_a(_, _, b), tCrB(_, _, b, stage), temp);
       else
         cute::gemm(tiled_mma, tCrA(_, _, b, stage), tCrB(_, _, b, stage), temp);
+      warpgroup_commit_batch();
+      // Keeps the compiler from moving reads of `temp` into the window where the wgmma owns it
+      // (ptxas would otherwise serialize every wgmma: C7514).
+      warpgroup_fence_operand(temp);
     };
     // acc += temp * col_scale * row_scale for block b of `stage`.
     auto promote = [&](auto& temp, int stage, int b) {
@@ -437,6 +441,7 @@ struct Sm90MxBlockScaledMma {
       }
       float const* fc = f + mx_detail::kBlocksPerTile * kTileM + (b * 4 + q) * kColStride;
       warpgroup_fence_operand(temp);
+      warpgroup_fence_operand(accum);
       CUTLASS_PRAGMA_UNROLL
       for (int ni = 0; ni < kMmaN; ++ni) {
         CUTLASS_PRAGMA_UNROLL
@@ -452,7 +457,10 @@ struct Sm90MxBlockScaledMma {
               CUTLASS_PRAGMA_UNROLL
               for (int v1 = 0; v1 < 2; ++v1) {
                 int const v = v0 + 2 * v1 + 4 * vv2;
-                accum(v, mi, ni) = fmaf(temp(v, mi, ni) * c[j], rs[mi][v1], accum(v, mi, ni));
+                // The scale product first, so nothing writes `temp`: an in-place T * sy would be a
+                // write into wgmma accumulator registers, and ptxas then serializes every wgmma
+                // (C7514) instead of overlapping the next block's MMA with this promotion.
+                accum(v, mi, ni) = fmaf(temp(v, mi, ni), c[j] * rs[mi][v1], accum(v, mi, ni));
               }
             }
           }
@@ -462,18 +470,22 @@ struct Sm90MxBlockScaledMma {
     };
 
     // One barrier per tile owner: both warpgroups (cooperative) or this one (ping-pong).
+    // NamedBarrier offsets user ids past CUTLASS's reserved ones itself.
     int const owner = kCooperative ? 0 : cutlass::canonical_warp_group_idx() - 1;
-    cutlass::arch::NamedBarrier scale_barrier(
-        kMmaThreads, int(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) + owner);
+    cutlass::arch::NamedBarrier scale_barrier(kMmaThreads, owner);
     // Wait for a stage, expand its scales for every thread of the tile.
     int kt = 0;
-    auto acquire = [&]() {
+    auto acquire_unsynced = [&]() {
       pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
       int const stage = smem_pipe_read.index();
       expand_scales(shared, stage, kt, tile_m_off_, tile_n_off_, thread_idx, params);
-      scale_barrier.sync();
       ++kt;
       ++smem_pipe_read;
+      return stage;
+    };
+    auto acquire = [&]() {
+      int const stage = acquire_unsynced();
+      scale_barrier.sync();
       return stage;
     };
     PipelineState smem_pipe_release = smem_pipe_read;
@@ -489,17 +501,13 @@ struct Sm90MxBlockScaledMma {
       // Block b of a K-tile goes into t[b % 2]; block 3's promotion is the next K-tile's first.
       int stage = acquire();
       issue_block(t0, stage, 0, tCrA);
-      warpgroup_commit_batch();
       issue_block(t1, stage, 1, tCrA);
-      warpgroup_commit_batch();
       warpgroup_wait<1>();
       promote(t0, stage, 0);
       issue_block(t0, stage, 2, tCrA);
-      warpgroup_commit_batch();
       warpgroup_wait<1>();
       promote(t1, stage, 1);
       issue_block(t1, stage, 3, tCrA);
-      warpgroup_commit_batch();
       warpgroup_wait<1>();
       promote(t0, stage, 2);
       CUTLASS_PRAGMA_NO_UNROLL
@@ -507,20 +515,16 @@ struct Sm90MxBlockScaledMma {
         int const prev = stage;
         stage = acquire();
         issue_block(t0, stage, 0, tCrA);
-        warpgroup_commit_batch();
         warpgroup_wait<1>();
         promote(t1, prev, 3);
         release();
         issue_block(t1, stage, 1, tCrA);
-        warpgroup_commit_batch();
         warpgroup_wait<1>();
         promote(t0, stage, 0);
         issue_block(t0, stage, 2, tCrA);
-        warpgroup_commit_batch();
         warpgroup_wait<1>();
         promote(t1, stage, 1);
         issue_block(t1, stage, 3, tCrA);
-        warpgroup_commit_batch();
         warpgroup_wait<1>();
         promote(t0, stage, 2);
       }
@@ -528,50 +532,93 @@ struct Sm90MxBlockScaledMma {
       promote(t1, stage, 3);
       release();
     } else {
-      // Two sets of four temporaries, one set per K-tile, alternating.
-      Tensor s00 = make_fragment_like(accum), s01 = make_fragment_like(accum);
-      Tensor s02 = make_fragment_like(accum), s03 = make_fragment_like(accum);
-      Tensor s10 = make_fragment_like(accum), s11 = make_fragment_like(accum);
-      Tensor s12 = make_fragment_like(accum), s13 = make_fragment_like(accum);
-      auto issue_tile = [&](auto& a, auto& b, auto& c, auto& d, int stage, auto& frag_a) {
-        issue_block(a, stage, 0, frag_a);
-        issue_block(b, stage, 1, frag_a);
-        issue_block(c, stage, 2, frag_a);
-        issue_block(d, stage, 3, frag_a);
-        warpgroup_commit_batch();
+      // A step is two K-tiles (8 blocks, one wgmma batch per K-tile) into one set of eight
+      // temporaries; the previous step's set is promoted while this one runs. Two K-tiles per
+      // wait halve the latency chain (wait, expand, barrier, issue, promote) per byte, which is
+      // what a decode tile is bound by; RS tiles load all their e2m1 bytes before converting.
+      Tensor a0 = make_fragment_like(accum), a1 = make_fragment_like(accum), a2 = make_fragment_like(accum),
+             a3 = make_fragment_like(accum), a4 = make_fragment_like(accum), a5 = make_fragment_like(accum),
+             a6 = make_fragment_like(accum), a7 = make_fragment_like(accum);
+      Tensor b0 = make_fragment_like(accum), b1 = make_fragment_like(accum), b2 = make_fragment_like(accum),
+             b3 = make_fragment_like(accum), b4 = make_fragment_like(accum), b5 = make_fragment_like(accum),
+             b6 = make_fragment_like(accum), b7 = make_fragment_like(accum);
+      auto tCrA2 = x_fragment();
+      auto tCrA3 = x_fragment();
+      auto issue_tile = [&](auto& t0, auto& t1, auto& t2, auto& t3, int stage, auto& frag_a) {
+        if constexpr (kRegisterX) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int b = 0; b < mx_detail::kBlocksPerTile; ++b)
+            load_x_block(frag_a(_, _, b), &shared.smem_A[stage * kTileM * kXBytesPerRow], thread_idx, b);
+        }
+        auto one = [&](auto& temp, int b) {
+          warpgroup_fence_operand(temp);
+          warpgroup_arrive();
+          tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+          if constexpr (kRegisterX)
+            cute::gemm(tiled_mma, frag_a(_, _, b), tCrB(_, _, b, stage), temp);
+          else
+            cute::gemm(tiled_mma, tCrA(_, _, b, stage), tCrB(_, _, b, stage), temp);
+        };
+        if constexpr (kRegisterX) warpgroup_fence_operand(frag_a);
+        one(t0, 0);
+        one(t1, 1);
+        one(t2, 2);
+        one(t3, 3);
+        warpgroup_commit_batch();  // one batch per K-tile (the hardware tracks at most 8)
+        warpgroup_fence_operand(t0);
+        warpgroup_fence_operand(t1);
+        warpgroup_fence_operand(t2);
+        warpgroup_fence_operand(t3);
       };
-      auto promote_tile = [&](auto& a, auto& b, auto& c, auto& d, int stage) {
-        promote(a, stage, 0);
-        promote(b, stage, 1);
-        promote(c, stage, 2);
-        promote(d, stage, 3);
+      auto promote_tile = [&](auto& t0, auto& t1, auto& t2, auto& t3, int stage) {
+        promote(t0, stage, 0);
+        promote(t1, stage, 1);
+        promote(t2, stage, 2);
+        promote(t3, stage, 3);
         release();
       };
-      int stage0 = acquire();
-      issue_tile(s00, s01, s02, s03, stage0, tCrA);
-      int k = 1;
+      // Issue step k-tiles [k, k+1) or [k, k+2) into one set; returns how many.
+      int stage_lo[2], stage_hi[2];
+      auto issue_step = [&](int k, int set, auto& t0, auto& t1, auto& t2, auto& t3, auto& t4, auto& t5, auto& t6,
+                            auto& t7, auto& fa, auto& fb) {
+        bool const two = k + 1 < k_tile_count;
+        stage_lo[set] = acquire_unsynced();
+        if (two) stage_hi[set] = acquire_unsynced();
+        scale_barrier.sync();
+        issue_tile(t0, t1, t2, t3, stage_lo[set], fa);
+        if (two) issue_tile(t4, t5, t6, t7, stage_hi[set], fb);
+        return two;
+      };
+      auto promote_step = [&](bool two, int set, auto& t0, auto& t1, auto& t2, auto& t3, auto& t4, auto& t5,
+                              auto& t6, auto& t7) {
+        promote_tile(t0, t1, t2, t3, stage_lo[set]);
+        if (two) promote_tile(t4, t5, t6, t7, stage_hi[set]);
+      };
+      // After issuing a step, the previous one is done once at most this step's batches remain.
+      auto wait_previous = [&](bool two_now) {
+        if (two_now)
+          warpgroup_wait<2>();
+        else
+          warpgroup_wait<1>();
+      };
+      bool two_a = issue_step(0, 0, a0, a1, a2, a3, a4, a5, a6, a7, tCrA, tCrA1);
+      int k = 2;
       CUTLASS_PRAGMA_NO_UNROLL
-      for (; k + 1 < k_tile_count; k += 2) {
-        int const stage1 = acquire();
-        issue_tile(s10, s11, s12, s13, stage1, tCrA1);
-        warpgroup_wait<1>();
-        promote_tile(s00, s01, s02, s03, stage0);
-        stage0 = acquire();
-        issue_tile(s00, s01, s02, s03, stage0, tCrA);
-        warpgroup_wait<1>();
-        promote_tile(s10, s11, s12, s13, stage1);
+      for (; k < k_tile_count; k += 4) {
+        bool const two_b = issue_step(k, 1, b0, b1, b2, b3, b4, b5, b6, b7, tCrA2, tCrA3);
+        wait_previous(two_b);
+        promote_step(two_a, 0, a0, a1, a2, a3, a4, a5, a6, a7);
+        if (k + 2 >= k_tile_count) {
+          warpgroup_wait<0>();
+          promote_step(two_b, 1, b0, b1, b2, b3, b4, b5, b6, b7);
+          return;
+        }
+        two_a = issue_step(k + 2, 0, a0, a1, a2, a3, a4, a5, a6, a7, tCrA, tCrA1);
+        wait_previous(two_a);
+        promote_step(two_b, 1, b0, b1, b2, b3, b4, b5, b6, b7);
       }
-      if (k < k_tile_count) {
-        int const stage1 = acquire();
-        issue_tile(s10, s11, s12, s13, stage1, tCrA1);
-        warpgroup_wait<1>();
-        promote_tile(s00, s01, s02, s03, stage0);
-        warpgroup_wait<0>();
-        promote_tile(s10, s11, s12, s13, stage1);
-      } else {
-        warpgroup_wait<0>();
-        promote_tile(s00, s01, s02, s03, stage0);
-      }
+      warpgroup_wait<0>();
+      promote_step(two_a, 0, a0, a1, a2, a3, a4, a5, a6, a7);
     }
   }
 
