@@ -1,0 +1,50 @@
+"""The SM90 MX mainloop indexes its accumulator fragment, its register A fragment and the 64 B
+swizzled packed-e2m1 tile by hand (collective/sm90_mx_block_scaled_mma.hpp). Those formulas are
+checked here against CuTe's own layouts, on the host: tests/host/mx_fragment_layout.cu is
+compiled by nvcc (host code only, no GPU) and run."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cutlass() -> Path:
+    for var in ("PGEMM_CUTLASS_PATH", "CUTLASS_PATH"):
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    for entry in sys.path:
+        root = Path(entry or ".") / "cutlass_library" / "source"
+        if (root / "include" / "cutlass" / "cutlass.h").is_file():
+            return root
+    pytest.skip("CUTLASS headers not found")
+
+
+def _nvcc() -> str:
+    for c in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if c and (Path(c) / "bin" / "nvcc").is_file():
+            return str(Path(c) / "bin" / "nvcc")
+    found = shutil.which("nvcc")
+    if not found:
+        pytest.skip("no nvcc")
+    return found
+
+
+def test_mx_fragment_and_swizzle_formulas_match_cute(tmp_path):
+    nvcc, cutlass = _nvcc(), _cutlass()
+    home = Path(nvcc).resolve().parents[1]
+    exe = tmp_path / "mx_fragment_layout"
+    cmd = [nvcc, "-std=c++17", "--expt-relaxed-constexpr", f"-I{ROOT / 'include'}", f"-I{cutlass / 'include'}",
+           f"-I{home / 'include' / 'cccl'}", str(ROOT / "tests" / "host" / "mx_fragment_layout.cu"), "-o", str(exe)]
+    build = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == 6 and all("mismatches: 0" in l for l in lines), run.stdout
+    assert all("smem mismatches 0" in l for l in lines if l.startswith("rs ")), run.stdout
