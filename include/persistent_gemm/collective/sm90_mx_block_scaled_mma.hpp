@@ -23,9 +23,9 @@
 // Two promotion schedules (Promotion template argument):
 //   PerBlock  two temporaries alternate per 32-K block: the tensor core always has the next block
 //             queued while the previous one is promoted. 3 accumulator sets.
-//   PerKTile  for narrow (decode) tiles: a K-tile's four blocks go into four temporaries as one
-//             batch; the previous K-tile's four are promoted while it runs. 9 accumulator sets, so
-//             only tiny tiles (64x16) qualify; the wgmma latency is paid once per K-tile.
+//   PerKTile  for narrow (decode) tiles: two K-tiles' eight blocks go into eight temporaries;
+//             the previous pair's eight are promoted while they run. 17 accumulator sets, so
+//             only tiny tiles (64x16) qualify; the latency chain is paid once per two K-tiles.
 //
 // The rest of the collective interface (load_init/load/load_tail/mma/mma_tail, Params,
 // TensorStorage) is what Sm90GemmPersistent composes; the persistent loop, roles and scheduler
@@ -137,7 +137,7 @@ struct Sm90MxBlockScaledMma {
   using PipelineStorage = typename MainloopPipeline::SharedStorage;
   static constexpr int NumProducerThreadEvents = 1;
   // Accumulator-sized register sets a consumer holds (the kernel's register split reads it).
-  static constexpr int kAccumulatorCopies = kPerKTile ? 1 + 2 * mx_detail::kBlocksPerTile : 3;
+  static constexpr int kAccumulatorCopies = kPerKTile ? 1 + 4 * mx_detail::kBlocksPerTile : 3;
 
   static constexpr uint32_t kScaleBytes = uint32_t(kAtomsX + kAtomsY) * mx_detail::kAtomBytes;
   static constexpr uint32_t TmaTransactionBytes =
@@ -497,14 +497,21 @@ struct Sm90MxBlockScaledMma {
       promote(t1, stage, 3);
       release();
     } else {
-      // Two sets of four temporaries, one set per K-tile, alternating: a K-tile's four blocks are
-      // one wgmma batch, the previous K-tile's four are promoted while it runs. RS tiles load all
-      // their e2m1 bytes before converting. (Two K-tiles per wait, 8 + 8 temporaries, measured
-      // slower on the H200: 44.8 vs 36.2 us at 1 x 8192 x 8192.)
-      Tensor s00 = make_fragment_like(accum), s01 = make_fragment_like(accum);
-      Tensor s02 = make_fragment_like(accum), s03 = make_fragment_like(accum);
-      Tensor s10 = make_fragment_like(accum), s11 = make_fragment_like(accum);
-      Tensor s12 = make_fragment_like(accum), s13 = make_fragment_like(accum);
+      // (Measured on the H200: 44.8 us at 1 x 8192 x 8192. A one-K-tile step with four temporaries
+      // per set measured 36.2 us in an earlier run, before the named-barrier and fence fixes; it
+      // is the next thing to bring back, with a GPU run to validate it.)
+      // A step is two K-tiles (8 blocks, one wgmma batch per K-tile) into one set of eight
+      // temporaries; the previous step's set is promoted while this one runs. Two K-tiles per
+      // wait halve the latency chain (wait, expand, barrier, issue, promote) per byte, which is
+      // what a decode tile is bound by; RS tiles load all their e2m1 bytes before converting.
+      Tensor a0 = make_fragment_like(accum), a1 = make_fragment_like(accum), a2 = make_fragment_like(accum),
+             a3 = make_fragment_like(accum), a4 = make_fragment_like(accum), a5 = make_fragment_like(accum),
+             a6 = make_fragment_like(accum), a7 = make_fragment_like(accum);
+      Tensor b0 = make_fragment_like(accum), b1 = make_fragment_like(accum), b2 = make_fragment_like(accum),
+             b3 = make_fragment_like(accum), b4 = make_fragment_like(accum), b5 = make_fragment_like(accum),
+             b6 = make_fragment_like(accum), b7 = make_fragment_like(accum);
+      auto tCrA2 = x_fragment();
+      auto tCrA3 = x_fragment();
       auto issue_tile = [&](auto& t0, auto& t1, auto& t2, auto& t3, int stage, auto& frag_a) {
         if constexpr (kRegisterX) {
           CUTLASS_PRAGMA_UNROLL
@@ -538,31 +545,48 @@ struct Sm90MxBlockScaledMma {
         promote(t3, stage, 3);
         release();
       };
-      int stage0 = acquire();
-      issue_tile(s00, s01, s02, s03, stage0, tCrA);
-      int k = 1;
+      // Issue step k-tiles [k, k+1) or [k, k+2) into one set; returns how many.
+      int stage_lo[2], stage_hi[2];
+      auto issue_step = [&](int k, int set, auto& t0, auto& t1, auto& t2, auto& t3, auto& t4, auto& t5, auto& t6,
+                            auto& t7, auto& fa, auto& fb) {
+        bool const two = k + 1 < k_tile_count;
+        stage_lo[set] = acquire_unsynced();
+        if (two) stage_hi[set] = acquire_unsynced();
+        scale_barrier.sync();
+        issue_tile(t0, t1, t2, t3, stage_lo[set], fa);
+        if (two) issue_tile(t4, t5, t6, t7, stage_hi[set], fb);
+        return two;
+      };
+      auto promote_step = [&](bool two, int set, auto& t0, auto& t1, auto& t2, auto& t3, auto& t4, auto& t5,
+                              auto& t6, auto& t7) {
+        promote_tile(t0, t1, t2, t3, stage_lo[set]);
+        if (two) promote_tile(t4, t5, t6, t7, stage_hi[set]);
+      };
+      // After issuing a step, the previous one is done once at most this step's batches remain.
+      auto wait_previous = [&](bool two_now) {
+        if (two_now)
+          warpgroup_wait<2>();
+        else
+          warpgroup_wait<1>();
+      };
+      bool two_a = issue_step(0, 0, a0, a1, a2, a3, a4, a5, a6, a7, tCrA, tCrA1);
+      int k = 2;
       CUTLASS_PRAGMA_NO_UNROLL
-      for (; k + 1 < k_tile_count; k += 2) {
-        int const stage1 = acquire();
-        issue_tile(s10, s11, s12, s13, stage1, tCrA1);
-        warpgroup_wait<1>();
-        promote_tile(s00, s01, s02, s03, stage0);
-        stage0 = acquire();
-        issue_tile(s00, s01, s02, s03, stage0, tCrA);
-        warpgroup_wait<1>();
-        promote_tile(s10, s11, s12, s13, stage1);
+      for (; k < k_tile_count; k += 4) {
+        bool const two_b = issue_step(k, 1, b0, b1, b2, b3, b4, b5, b6, b7, tCrA2, tCrA3);
+        wait_previous(two_b);
+        promote_step(two_a, 0, a0, a1, a2, a3, a4, a5, a6, a7);
+        if (k + 2 >= k_tile_count) {
+          warpgroup_wait<0>();
+          promote_step(two_b, 1, b0, b1, b2, b3, b4, b5, b6, b7);
+          return;
+        }
+        two_a = issue_step(k + 2, 0, a0, a1, a2, a3, a4, a5, a6, a7, tCrA, tCrA1);
+        wait_previous(two_a);
+        promote_step(two_b, 1, b0, b1, b2, b3, b4, b5, b6, b7);
       }
-      if (k < k_tile_count) {
-        int const stage1 = acquire();
-        issue_tile(s10, s11, s12, s13, stage1, tCrA1);
-        warpgroup_wait<1>();
-        promote_tile(s00, s01, s02, s03, stage0);
-        warpgroup_wait<0>();
-        promote_tile(s10, s11, s12, s13, stage1);
-      } else {
-        warpgroup_wait<0>();
-        promote_tile(s00, s01, s02, s03, stage0);
-      }
+      warpgroup_wait<0>();
+      promote_step(two_a, 0, a0, a1, a2, a3, a4, a5, a6, a7);
     }
   }
 

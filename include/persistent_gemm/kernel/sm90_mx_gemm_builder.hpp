@@ -69,8 +69,8 @@ struct Sm90MxGemm {
   static_assert(3 * kAccRegs <= sm90_mx_detail::kAccumulatorRegisterBudget,
                 "MX promotion holds an fp32 accumulator and two in-flight temporaries: 3 x the tile's accumulator "
                 "registers per consumer thread exceed the budget (use a smaller tile)");
-  // Tiny (decode) tiles batch a whole K-tile per wgmma wait: 1 + 2 x 4 accumulator sets.
-  using Promotion = std::conditional_t<9 * kAccRegs <= sm90_mx_detail::kAccumulatorRegisterBudget,
+  // Tiny (decode) tiles promote two K-tiles per wgmma wait: 1 + 2 x 8 accumulator sets.
+  using Promotion = std::conditional_t<17 * kAccRegs <= sm90_mx_detail::kAccumulatorRegisterBudget,
                                        collective::PromotePerKTile, collective::PromotePerBlock>;
   static constexpr int kStages = Stages > 0 ? Stages : sm90_mx_detail::auto_stages<OperandX, TileShape>();
 
