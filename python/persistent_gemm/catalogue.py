@@ -174,7 +174,8 @@ class KernelConfig:
         return (tm // 2, tn) if self.kernel == "2sm" else (tm, tn)
 
     def grid(self, M: int, N: int, batch: int = 1):
-        """This config's schedule bound to an (M, N) problem, in CTA tiles."""
+        """This config's schedule bound to an (M, N) problem, in CTA tiles. The extents are the
+        kernel's: for a ``swap_ab`` config, which computes D^T, pass the op's (N, M)."""
         return self.schedule.over(M, N, self.cta_tile, batch=batch)
 
     # -- naming ----------------------------------------------------------------------------
