@@ -372,17 +372,15 @@ struct Sm90MxBlockScaledMma {
         return wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K, PIPE)
       }
     };
-    // RS: two fragments, so a K-tile's conversions never overwrite registers a pending wgmma reads.
     auto tCrA = x_fragment();
-    auto tCrA1 = x_fragment();
     int const q = thread_idx % 4;
 
-    // Issue block b (0..3) of the current stage into `temp`: one wgmma batch.
-    auto issue_block = [&](auto& temp, int stage, int b, auto& frag_a) {
-      if constexpr (kRegisterX) {
-        load_x_block(frag_a(_, _, b), &shared.smem_A[stage * kTileM * kXBytesPerRow], thread_idx, b);
-        warpgroup_fence_operand(frag_a);
-      }
+    // The packed e2m1 bytes of block b of `stage`, converted into `frag_a` (RS only).
+    auto load_x = [&](auto& frag_a, int stage, int b) {
+      load_x_block(frag_a(_, _, b), &shared.smem_A[stage * kTileM * kXBytesPerRow], thread_idx, b);
+    };
+    // One wgmma of block b of `stage` into `temp`, zero-initialised; the caller commits.
+    auto mma_block = [&](auto& temp, int stage, int b, auto& frag_a) {
       warpgroup_fence_operand(temp);
       warpgroup_arrive();
       tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
@@ -390,9 +388,16 @@ struct Sm90MxBlockScaledMma {
         cute::gemm(tiled_mma, frag_a(_, _, b), tCrB(_, _, b, stage), temp);
       else
         cute::gemm(tiled_mma, tCrA(_, _, b, stage), tCrB(_, _, b, stage), temp);
+    };
+    // Block b of the current stage into `temp` as its own wgmma batch.
+    auto issue_block = [&](auto& temp, int stage, int b, auto& frag_a) {
+      if constexpr (kRegisterX) {
+        load_x(frag_a, stage, b);
+        warpgroup_fence_operand(frag_a);
+      }
+      mma_block(temp, stage, b, frag_a);
       warpgroup_commit_batch();
-      // Keeps the compiler from moving reads of `temp` into the window where the wgmma owns it
-      // (ptxas would otherwise serialize every wgmma: C7514).
+      // Keeps the compiler from moving reads of `temp` into the window where the wgmma owns it.
       warpgroup_fence_operand(temp);
     };
     // acc += temp * col_scale * row_scale for block b of `stage`.
@@ -422,9 +427,9 @@ struct Sm90MxBlockScaledMma {
               CUTLASS_PRAGMA_UNROLL
               for (int v1 = 0; v1 < 2; ++v1) {
                 int const v = v0 + 2 * v1 + 4 * vv2;
-                // The scale product first, so nothing writes `temp`: an in-place T * sy would be a
-                // write into wgmma accumulator registers, and ptxas then serializes every wgmma
-                // (C7514) instead of overlapping the next block's MMA with this promotion.
+                // The scale product first, so `temp` (a wgmma accumulator) is only read, never
+                // written, outside the wgmma. (ptxas still serializes this kernel's wgmmas, C7514,
+                // when the promotion reads a temporary under wait<1>: docs/design/sm90_mx_mainloop.md.)
                 accum(v, mi, ni) = fmaf(temp(v, mi, ni), c[j] * rs[mi][v1], accum(v, mi, ni));
               }
             }
@@ -510,28 +515,21 @@ struct Sm90MxBlockScaledMma {
       Tensor b0 = make_fragment_like(accum), b1 = make_fragment_like(accum), b2 = make_fragment_like(accum),
              b3 = make_fragment_like(accum), b4 = make_fragment_like(accum), b5 = make_fragment_like(accum),
              b6 = make_fragment_like(accum), b7 = make_fragment_like(accum);
+      // RS: one X fragment per K-tile in flight, so a conversion never overwrites registers a
+      // pending wgmma reads.
+      auto tCrA1 = x_fragment();
       auto tCrA2 = x_fragment();
       auto tCrA3 = x_fragment();
       auto issue_tile = [&](auto& t0, auto& t1, auto& t2, auto& t3, int stage, auto& frag_a) {
         if constexpr (kRegisterX) {
           CUTLASS_PRAGMA_UNROLL
-          for (int b = 0; b < mx_detail::kBlocksPerTile; ++b)
-            load_x_block(frag_a(_, _, b), &shared.smem_A[stage * kTileM * kXBytesPerRow], thread_idx, b);
+          for (int b = 0; b < mx_detail::kBlocksPerTile; ++b) load_x(frag_a, stage, b);
+          warpgroup_fence_operand(frag_a);
         }
-        auto one = [&](auto& temp, int b) {
-          warpgroup_fence_operand(temp);
-          warpgroup_arrive();
-          tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
-          if constexpr (kRegisterX)
-            cute::gemm(tiled_mma, frag_a(_, _, b), tCrB(_, _, b, stage), temp);
-          else
-            cute::gemm(tiled_mma, tCrA(_, _, b, stage), tCrB(_, _, b, stage), temp);
-        };
-        if constexpr (kRegisterX) warpgroup_fence_operand(frag_a);
-        one(t0, 0);
-        one(t1, 1);
-        one(t2, 2);
-        one(t3, 3);
+        mma_block(t0, stage, 0, frag_a);
+        mma_block(t1, stage, 1, frag_a);
+        mma_block(t2, stage, 2, frag_a);
+        mma_block(t3, stage, 3, frag_a);
         warpgroup_commit_batch();  // one batch per K-tile (the hardware tracks at most 8)
         warpgroup_fence_operand(t0);
         warpgroup_fence_operand(t1);

@@ -9,6 +9,9 @@
 
 namespace persistent_gemm::kernel {
 
+// TMA boxes, bulk copies and vector stores need 16-byte aligned global addresses.
+inline bool aligned16(void const* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // cudaFuncSetAttribute is per-device state: set it once per (kernel, device), not per launch.
 // `Kernel` only keys the static state; `entry` is its __global__ function.
 template <class Kernel>

@@ -99,8 +99,6 @@ struct Sm100Gemm {
     return s;
   }
 
-  static bool aligned16(void const* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
   static typename Kernel::Arguments make_arguments(GemmArgs const& a) {
     typename Kernel::Arguments args;
     args.problem_shape = {a.m, a.n, a.k, 1};

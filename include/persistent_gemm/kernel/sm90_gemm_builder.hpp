@@ -177,8 +177,6 @@ constexpr int kernel_carveout_bytes() {
   return int(sizeof(typename Epilogue::TensorStorage)) + int(sizeof(typename Epilogue::PipelineStorage)) + 256;
 }
 
-inline bool aligned16(void const* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace sm90_detail
 
 template <class ElementA, bool AKMajor, class ElementB, bool BKMajor, class ElementD, class TileShape,
@@ -251,13 +249,13 @@ struct Sm90Gemm {
     if (!g.a || !g.b || !g.d) return false;
     int64_t const a_contig = AKMajor ? g.k : g.m, b_contig = BKMajor ? g.k : g.n;
     if (g.lda < a_contig || g.ldb < b_contig || g.ldd < g.n) return false;
-    if (!sm90_detail::aligned16(g.a) || !sm90_detail::aligned16(g.b)) return false;
+    if (!aligned16(g.a) || !aligned16(g.b)) return false;
     if ((g.lda * int64_t(sizeof(ElementA))) % 16 != 0 || (g.ldb * int64_t(sizeof(ElementB))) % 16 != 0) return false;
     if constexpr (TmaStore) {
       // N too: measured on H200, a TMA store clips its innermost dimension at 16 B granularity,
       // zero-filling D's columns [N, roundup(N, 16 B)) (loads do clip per element).
       int64_t const bytes = int64_t(sizeof(ElementD));
-      if (!sm90_detail::aligned16(g.d) || (g.ldd * bytes) % 16 != 0) return false;
+      if (!aligned16(g.d) || (g.ldd * bytes) % 16 != 0) return false;
       if ((g.n * bytes) % 16 != 0 && !(g.d_pad_writable && g.ldd * bytes >= (g.n * bytes + 15) / 16 * 16))
         return false;
     }
@@ -267,13 +265,10 @@ struct Sm90Gemm {
     return Kernel::can_implement(make_arguments(g));
   }
 
-  static void const* entry() { return reinterpret_cast<void const*>(&sm90_gemm_persistent_entry<Kernel>); }
-
   // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
   static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
     if (!can_implement(g)) return cudaErrorInvalidValue;
-    Params const params = Kernel::to_underlying_arguments(make_arguments(g));
-    return launch_on_clusters<Kernel>(entry(), params, stream);
+    return launch_sm90_persistent<Kernel>(make_arguments(g), stream);
   }
 };
 

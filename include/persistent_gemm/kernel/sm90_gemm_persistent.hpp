@@ -39,6 +39,7 @@
 #include "cutlass/device_kernel.h"  // CUTLASS_GRID_CONSTANT
 #include "cutlass/pipeline/pipeline.hpp"
 
+#include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/scheduler/tile_scheduler.hpp"
 
 namespace persistent_gemm::kernel {
@@ -381,6 +382,14 @@ __global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksP
   extern __shared__ char smem[];
   Kernel kernel;
   kernel(params, smem);
+}
+
+// What every SM90 builder's run() does once its own checks passed: Params from the kernel's
+// Arguments, then the persistent grid on clusters, on `stream`.
+template <class Kernel>
+cudaError_t launch_sm90_persistent(typename Kernel::Arguments const& args, cudaStream_t stream) {
+  return launch_on_clusters<Kernel>(reinterpret_cast<void const*>(&sm90_gemm_persistent_entry<Kernel>),
+                                    Kernel::to_underlying_arguments(args), stream);
 }
 
 }  // namespace persistent_gemm::kernel

@@ -93,8 +93,6 @@ struct Sm90MxGemm {
     return args;
   }
 
-  static bool aligned16(void const* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
   // TMA's rules for X and Y (16 B aligned bases, 16 B multiple strides), 16 B aligned scale
   // atoms (bulk copies), K % 32 for packed e2m1 rows, D's extent.
   static bool can_implement(GemmArgs const& g) {
@@ -108,12 +106,10 @@ struct Sm90MxGemm {
     return Kernel::can_implement(make_arguments(g));
   }
 
-  static void const* entry() { return reinterpret_cast<void const*>(&sm90_gemm_persistent_entry<Kernel>); }
-
+  // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
   static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
     if (!can_implement(g)) return cudaErrorInvalidValue;
-    Params const params = Kernel::to_underlying_arguments(make_arguments(g));
-    return launch_on_clusters<Kernel>(entry(), params, stream);
+    return launch_sm90_persistent<Kernel>(make_arguments(g), stream);
   }
 };
 
