@@ -49,6 +49,8 @@ import torch
 try:
     import persistent_gemm as pg
     from persistent_gemm.quant import E2M1_VALUES, e8m0_to_float
+
+    from bench_mm import copies_for, time_interleaved  # bench_mm's L2 rotation and round-robin timing
 except ImportError:  # --help and the pure helpers work without the package
     pg = None
     E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
@@ -74,12 +76,6 @@ NAN = float("nan")
 
 def first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
-
-
-def copies_for(nbytes: int) -> int:
-    """Copies of the inputs to rotate over so that together they exceed twice the L2."""
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    return max(2, min(16, math.ceil(2 * l2 / max(nbytes, 1)) + 1))
 
 
 def nbytes(*ts) -> int:
@@ -127,16 +123,13 @@ def event_ms(fn) -> float:
 
 
 def time_events(calls: dict, warmup: int, iters: int) -> dict:
-    """Median ms per call; iteration i runs every contender once on copy i (round-robin)."""
-    for fns in calls.values():
-        for i in range(warmup):
-            fns[i % len(fns)]()
-    torch.cuda.synchronize()
-    times = {label: [] for label in calls}
-    for i in range(iters):
-        for label, fns in calls.items():
-            times[label].append(event_ms(fns[i % len(fns)]))
-    return {label: statistics.median(t) for label, t in times.items()}
+    """Median ms per call, bench_mm.time_interleaved's round-robin (iteration i runs every
+    contender once on copy i); ``calls`` maps a contender to one zero-arg call per input copy."""
+    if not calls:
+        return {}
+    copies = [(i,) for i in range(len(next(iter(calls.values()))))]
+    return time_interleaved({label: (lambda i, fns=fns: fns[i]()) for label, fns in calls.items()}, copies,
+                            warmup, iters)
 
 
 def capture(fns: list, calls: int) -> torch.cuda.CUDAGraph:

@@ -110,7 +110,8 @@ ScaleLayout parse_scale_layout(char const* op, c10::string_view layout, char con
 ScaleLayouts parse_scale_layouts(char const* op, c10::string_view layout,
                                  std::optional<c10::string_view> b_layout) {
   ScaleLayout const a = parse_scale_layout(op, layout, "scale_layout");
-  return {a, b_layout ? parse_scale_layout(op, *b_layout, "b_scale_layout") : a};
+  if (!b_layout) return {a, a, "scale_layout"};
+  return {a, parse_scale_layout(op, *b_layout, "b_scale_layout"), "b_scale_layout"};
 }
 
 void check_config(char const* op, std::optional<c10::string_view> config,
@@ -211,7 +212,7 @@ Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& a_
   check_col_major(op, "b", b, "column-major (K, N)");
   int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
   check_block_scale(op, "a_scale", a_scale, m, "M", k, layout.a, "scale_layout");
-  check_block_scale(op, "b_scale", b_scale, n, "N", k, layout.b, layout.b == layout.a ? "scale_layout" : "b_scale_layout");
+  check_block_scale(op, "b_scale", b_scale, n, "N", k, layout.b, layout.b_arg);
   return {m, n, k, resolve_out(op, out_dtype, at::kBFloat16)};
 }
 
@@ -228,7 +229,7 @@ Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& 
   check_row_major(op, "a", a, "row-major (M, K)");
   check_col_major(op, "b", b, "column-major (K/2, N)");
   check_block_scale(op, "a_scale", a_scale, m, "M", k, layout.a, "scale_layout");
-  check_block_scale(op, "b_scale", b_scale, n, "N", k, layout.b, layout.b == layout.a ? "scale_layout" : "b_scale_layout");
+  check_block_scale(op, "b_scale", b_scale, n, "N", k, layout.b, layout.b_arg);
   return {m, n, k, resolve_out(op, out_dtype, at::kBFloat16)};
 }
 

@@ -25,6 +25,7 @@ ScaleLayout parse_scale_layout(char const* op, c10::string_view layout, char con
 // (a prepared weight's blocked scales beside per-call plain activation scales).
 struct ScaleLayouts {
   ScaleLayout a, b;
+  char const* b_arg;  // the argument b's layout came from, for messages
 };
 ScaleLayouts parse_scale_layouts(char const* op, c10::string_view layout, std::optional<c10::string_view> b_layout);
 

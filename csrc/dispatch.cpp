@@ -277,14 +277,24 @@ MxScales blocked_scales(char const* op, ArchModule const& mod, at::Tensor const&
   return out;
 }
 
-// The MX ops: `w` is the weight as (N, K) rows (e4m3, or packed e2m1 (N, K/2) bytes), i.e. b^T.
-// A swap-AB kernel runs D^T = W A^T: the weight becomes its X operand and D is written
-// transposed; otherwise X = a, Y = w.
-at::Tensor run_mx(char const* op, ArchModule const& mod, Request req, at::Tensor a, at::Tensor const& a_scale,
-                  at::Tensor w, at::Tensor const& b_scale, ScaleLayouts layouts, Problem const& p) {
-  auto const* prop = &device_info(a.get_device());
-  req.sm_count = prop->sm_count;
-  req.a_k_major = req.b_k_major = true;
+// The MX ops after their checks: `w` is the weight as (N, K) rows (e4m3, or packed e2m1 (N, K/2)
+// bytes), i.e. b^T, of element type `b_dtype`. A swap-AB kernel runs D^T = W A^T: the weight
+// becomes its X operand and D is written transposed; otherwise X = a, Y = w.
+at::Tensor run_mx(char const* op, Problem const& p, DType b_dtype, std::optional<c10::string_view> config,
+                  at::Tensor a, at::Tensor const& a_scale, at::Tensor w, at::Tensor const& b_scale,
+                  ScaleLayouts layouts) {
+  c10::cuda::CUDAGuard guard(a.device());
+  if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
+  check_extents(op, p);
+  auto const& mod = require_arch(op, a);
+  Request req;
+  req.m = p.m, req.n = p.n, req.k = p.k;
+  req.a = DType::E4M3;
+  req.b = b_dtype;
+  req.d = to_dtype(p.out_dtype);
+  req.scale = ScaleMode::Block32;
+  if (config) req.config = std::string(config->data(), config->size());
+  req.sm_count = device_info(a.get_device()).sm_count;
   req.a_needs_copy = !tma_readable(a, true);
   req.b_needs_copy = !tma_readable(w, true);
   int64_t const out_elem = c10::elementSize(p.out_dtype);
@@ -320,17 +330,6 @@ at::Tensor run_mx(char const* op, ArchModule const& mod, Request req, at::Tensor
   return kernel_out != p.out_dtype ? d_buf.to(p.out_dtype) : d_buf;
 }
 
-Request mx_request(Problem const& p, DType b, std::optional<c10::string_view> config) {
-  Request req;
-  req.m = p.m, req.n = p.n, req.k = p.k;
-  req.a = DType::E4M3;
-  req.b = b;
-  req.d = to_dtype(p.out_dtype);
-  req.scale = ScaleMode::Block32;
-  if (config) req.config = std::string(config->data(), config->size());
-  return req;
-}
-
 }  // namespace
 
 at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
@@ -341,11 +340,7 @@ at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Ten
   auto const layouts = parse_scale_layouts(op, scale_layout, b_scale_layout);
   auto const p = check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype, layouts);
   check_config(op, config, {"mxfp8"});
-  c10::cuda::CUDAGuard guard(a.device());
-  if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
-  check_extents(op, p);
-  auto const& mod = require_arch(op, a);
-  return run_mx(op, mod, mx_request(p, DType::E4M3, config), a, a_scale, b.t(), b_scale, layouts, p);
+  return run_mx(op, p, DType::E4M3, config, a, a_scale, b.t(), b_scale, layouts);
 }
 
 at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
@@ -356,11 +351,7 @@ at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::T
   auto const layouts = parse_scale_layouts(op, scale_layout, b_scale_layout);
   auto const p = check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype, layouts);
   check_config(op, config, {"e4m3xe2m1"});
-  c10::cuda::CUDAGuard guard(a.device());
-  if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
-  check_extents(op, p);
-  auto const& mod = require_arch(op, a);
-  return run_mx(op, mod, mx_request(p, DType::E2M1, config), a, a_scale, b.t(), b_scale, layouts, p);
+  return run_mx(op, p, DType::E2M1, config, a, a_scale, b.t(), b_scale, layouts);
 }
 
 }  // namespace persistent_gemm

@@ -24,7 +24,7 @@ at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Ten
 at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                            at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
                            c10::string_view scale_layout, std::optional<c10::string_view> config,
-                         std::optional<c10::string_view> b_scale_layout);
+                           std::optional<c10::string_view> b_scale_layout);
 
 // Tests only: fill each kernel's output buffer with NaN before the launch.
 void set_poison_outputs(bool on);

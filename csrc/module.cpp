@@ -73,8 +73,8 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   // choose_kernel refuses M, N, K < 1 and sm_count < 1; the 32-bit bound is the ops' (dispatch.cpp).
   for (auto [what, v] : {std::pair<char const*, int64_t>{"M", m}, {"N", n}, {"K", k}})
     TORCH_CHECK_VALUE(v < (int64_t(1) << 31), msg("explain: ", what, " = ", v, " exceeds the 2^31 the kernels index"));
-  TORCH_CHECK_VALUE(scale == "none" || scale == "tensor" || scale == "row" || scale == "block",
-                    msg("explain: scale must be 'none', 'tensor', 'row' or 'block', got '", scale, "'"));
+  TORCH_CHECK_VALUE(scale == "none" || scale == "tensor" || scale == "row",
+                    msg("explain: scale must be 'none', 'tensor' or 'row', got '", scale, "'"));
   auto const parse = [](std::string const& d, char const* what) {
     if (d == "bf16") return DType::BF16;
     if (d == "fp16") return DType::FP16;
@@ -94,10 +94,10 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   if (dtype == "e4m3xe2m1") r.b = DType::E2M1;
   r.d = parse(out_dtype, "out_dtype");
   r.a_k_major = a_k_major, r.b_k_major = b_k_major;
-  r.scale = mx || scale == "block" ? ScaleMode::Block32
-            : scale == "tensor"     ? ScaleMode::Tensorwise
-            : scale == "row"        ? ScaleMode::Rowwise
-                                    : ScaleMode::None;
+  r.scale = mx ? ScaleMode::Block32  // the MX families' e8m0 scales, applied in the mainloop
+            : scale == "tensor" ? ScaleMode::Tensorwise
+            : scale == "row"    ? ScaleMode::Rowwise
+                                : ScaleMode::None;
   r.d_aligned = (n * (r.d == DType::FP32 ? 4 : 2)) % 16 == 0;
   r.sm_count = sm_count;
   r.config = config;

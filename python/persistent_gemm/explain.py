@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .catalogue import MX_DTYPES
 from .schedule import check_int
 
 #: What :func:`explain` accepts (the C++ side knows the same names).
 ARCHS = ("sm90a", "sm100a")
-DTYPES = ("bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1")
-#: The MX families (mxfp8_mm, fp8_fp4_mm): e8m0 1x32 block scales, no `scale` argument.
-MX_DTYPES = ("mxfp8", "e4m3xe2m1")
+DTYPES = ("bf16", "fp16", "e4m3") + MX_DTYPES  # MX: e8m0 1x32 block scales, no `scale` argument
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 SCALES = ("none", "tensor", "row")
 #: The kernels index tiles and elements with 32-bit extents (the ops refuse M, N, K >= 2^31).

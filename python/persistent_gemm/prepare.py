@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .scale_layout import check_scale_layout, to_blocked
+from .quant import MX_BLOCK
+from .scale_layout import blocked_shape, check_scale_layout, to_blocked
 
 __all__ = ["FORMATS", "PreparedWeight", "prepare_weight"]
 
@@ -27,7 +28,6 @@ FORMATS = {
     "mxfp8": (torch.float8_e4m3fn, 1.0, "mxfp8_mm"),
     "fp4": (torch.float4_e2m1fn_x2, 0.5, "fp8_fp4_mm"),
 }
-_MX_BLOCK = 32
 
 
 @dataclass(frozen=True)
@@ -88,13 +88,14 @@ def prepare_weight(wq: torch.Tensor, ws: torch.Tensor, *, fmt: str, scale_layout
         raise ValueError(f"ws is on {ws.device} but wq is on {wq.device}")
     n = wq.shape[0]
     k = int(wq.shape[1] / per_k)
-    blocks = -(-k // _MX_BLOCK)
+    blocks = -(-k // MX_BLOCK)
     if scale_layout == "plain":
         if ws.dim() != 2 or tuple(ws.shape) != (n, blocks):
             raise ValueError(f"ws must be (N, ceil(K/32)) = ({n}, {blocks}) plain scales, got {tuple(ws.shape)}")
         blocked = to_blocked(ws.contiguous())
     else:
-        want = -(-n // 128) * 128 * (-(-blocks // 4) * 4)
+        rows_p, blocks_p = blocked_shape(n, blocks)
+        want = rows_p * blocks_p
         if ws.numel() != want:
             raise ValueError(f"ws in the blocked layout must hold {want} scales for N = {n}, K = {k}, got {ws.numel()}")
         blocked = ws.contiguous()
