@@ -21,11 +21,6 @@ from pathlib import Path
 from setuptools import setup
 
 ROOT = Path(__file__).resolve().parent
-MIN_CUDA = (12, 8)
-# TORCH_CUDA_ARCH_LIST entry -> arch module suffix and nvcc target
-ARCHS = {"9.0a": ("sm90a", "-gencode=arch=compute_90a,code=sm_90a"),
-         "10.0a": ("sm100a", "-gencode=arch=compute_100a,code=sm_100a")}
-DEFAULT_ARCH_LIST = "9.0a;10.0a"
 
 
 def fail(msg: str) -> None:
@@ -75,8 +70,8 @@ def require_host_torch() -> None:
              + USE_THE_TWO_COMMANDS)
 
 
-def load_codegen():
-    """Import persistent_gemm.codegen from the source tree without running the package's
+def load_module(name: str):
+    """Import persistent_gemm.<name> from the source tree without running the package's
     __init__ (which loads the extension this build is about to produce)."""
     pkg = types.ModuleType("persistent_gemm")
     pkg.__path__ = [str(ROOT / "python" / "persistent_gemm")]
@@ -84,7 +79,7 @@ def load_codegen():
     sys.modules["persistent_gemm"] = pkg
     try:
         import importlib
-        return importlib.import_module("persistent_gemm.codegen")
+        return importlib.import_module(f"persistent_gemm.{name}")
     finally:
         for k in [k for k in sys.modules if k == "persistent_gemm" or k.startswith("persistent_gemm.")]:
             del sys.modules[k]
@@ -107,7 +102,13 @@ def locate_cuda() -> None:
             return
 
 
-def cuda_home() -> Path:
+# The arch table (python/persistent_gemm/archs.py): TORCH_CUDA_ARCH_LIST spellings, gencodes and
+# minimum nvcc versions are read from it, not spelled here.
+ARCHS = load_module("archs").ARCHS
+DEFAULT_ARCH_LIST = ";".join(a.torch_arch for a in ARCHS.values())
+
+
+def cuda_home(min_cuda: tuple[int, int]) -> Path:
     from torch.utils.cpp_extension import CUDA_HOME
     if not CUDA_HOME:
         fail("no CUDA toolkit found (set CUDA_HOME); CUDA 12.8 or newer is required")
@@ -117,9 +118,10 @@ def cuda_home() -> Path:
     except (OSError, subprocess.CalledProcessError) as e:
         fail(f"cannot run {home / 'bin' / 'nvcc'} ({e}); CUDA 12.8 or newer is required")
     m = re.search(r"release (\d+)\.(\d+)", out)
-    if not m or (int(m.group(1)), int(m.group(2))) < MIN_CUDA:
+    if not m or (int(m.group(1)), int(m.group(2))) < min_cuda:
         found = m.group(0) if m else "an unknown version"
-        fail(f"nvcc at {home} is {found}; CUDA {MIN_CUDA[0]}.{MIN_CUDA[1]} or newer is required (sm_100a)")
+        fail(f"nvcc at {home} is {found}; CUDA {min_cuda[0]}.{min_cuda[1]} or newer is required for the archs built "
+             f"(TORCH_CUDA_ARCH_LIST)")
     return home
 
 
@@ -140,23 +142,25 @@ def cutlass_include() -> Path:
          "or set PGEMM_CUTLASS_PATH to a CUTLASS checkout (the folder holding include/cutlass)")
 
 
-def arch_list() -> list[tuple[str, str]]:
+def arch_list() -> list:
+    """The ArchSpecs TORCH_CUDA_ARCH_LIST selects (default: every arch of the table)."""
     raw = os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCH_LIST)
     wanted = [a for a in re.split(r"[;\s,]+", raw.strip()) if a]
-    unknown = [a for a in wanted if a not in ARCHS]
+    spellings = {a.torch_arch: a for a in ARCHS.values()}
+    unknown = [a for a in wanted if a not in spellings]
     if unknown:
-        fail(f"TORCH_CUDA_ARCH_LIST={raw!r}: unsupported {unknown}; persistent_gemm builds {sorted(ARCHS)}")
-    return [ARCHS[a] for a in dict.fromkeys(wanted)]
+        fail(f"TORCH_CUDA_ARCH_LIST={raw!r}: unsupported {unknown}; persistent_gemm builds {sorted(spellings)}")
+    return [spellings[a] for a in dict.fromkeys(wanted)]
 
 
 def extensions():
     from torch.utils.cpp_extension import CUDAExtension
-    home = cuda_home()
-    cutlass = cutlass_include()
     archs = arch_list()
-    codegen = load_codegen()
+    home = cuda_home(max(a.min_nvcc for a in archs))
+    cutlass = cutlass_include()
+    codegen = load_module("codegen")
     gen_dir = ROOT / "csrc" / "generated"
-    sources = codegen.generate(gen_dir, [name for name, _ in archs])
+    sources = codegen.generate(gen_dir, [a.name for a in archs])
     includes = [str(ROOT / "include"), str(ROOT / "csrc"), str(cutlass / "include"),
                 str(cutlass / "tools" / "util" / "include")]
     cccl = home / "include" / "cccl"  # CUDA 13 moved libcu++ here; g++ needs it for CUTLASS
@@ -165,11 +169,13 @@ def extensions():
     cxx = ["-O3", "-std=c++20",  # torch >= 2.10 headers need C++20
            "-Wno-deprecated-declarations"]
     rel = lambda paths: [os.path.relpath(p, ROOT) for p in paths]
-    core = ["csrc/ops.cpp", "csrc/checks.cpp", "csrc/dispatch.cpp", "csrc/heuristics.cpp", "csrc/module.cpp"]
+    core = ["csrc/ops.cpp", "csrc/checks.cpp", "csrc/dispatch.cpp", "csrc/heuristics.cpp", "csrc/module.cpp",
+            "csrc/self_check.cpp"]
     exts = [CUDAExtension("persistent_gemm._C", core + rel(sources["_C"]), include_dirs=includes,
                           extra_compile_args={"cxx": cxx})]
-    for name, gencode in archs:
-        nvcc = ["-O3", "-std=c++17", gencode, "--expt-relaxed-constexpr", "--expt-extended-lambda",
+    for spec in archs:
+        name = spec.name
+        nvcc = ["-O3", "-std=c++17", spec.gencode, "--expt-relaxed-constexpr", "--expt-extended-lambda",
                 "-DNDEBUG", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
                 "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
                 "-Xptxas=--warn-on-spills", "-diag-suppress=20012"]

@@ -14,6 +14,10 @@
 #include "text.h"
 #include "device_info.h"
 #include "heuristics.h"
+#include "reference.h"
+#include "self_check.h"
+#include "persistent_gemm/host/catalogue.h"
+#include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
 
 namespace persistent_gemm {
 namespace {
@@ -23,6 +27,7 @@ std::mutex& registry_mutex() {
   return m;
 }
 std::atomic<bool> g_poison_outputs{false};
+bool poison_outputs() { return g_poison_outputs.load(std::memory_order_relaxed) || self_check::running(); }
 
 std::vector<ArchModule>& registry() {
   static std::vector<ArchModule> r;
@@ -113,6 +118,13 @@ void check_launch(cudaError_t err, char const* op, KernelEntry const& e, GemmArg
                   : std::string()));
 }
 
+// "9.0a (sm90a), 10.0a (sm100a)": archs.py's table, as codegen wrote it into _C.
+std::string known_archs_text() {
+  std::string out;
+  for (auto const& a : host::known_archs()) out += msg(out.empty() ? " " : ", ", a.torch_arch, " (", a.name, ")");
+  return out;
+}
+
 ArchModule const& require_arch(char const* op, at::Tensor const& a) {
   ArchModule const* mod = arch_for_device(a.get_device());
   if (mod) return *mod;
@@ -122,7 +134,8 @@ ArchModule const& require_arch(char const* op, at::Tensor const& a) {
   TORCH_CHECK(false, msg(op, ": no CUDA kernels are built for this GPU (", prop->name, ", sm_",
               prop->major, prop->minor, "); this build has kernels for:",
               built.empty() ? std::string(" none") : built,
-              ". Rebuild with TORCH_CUDA_ARCH_LIST naming 9.0a or 10.0a as fits the GPU."));
+              ". Rebuild with TORCH_CUDA_ARCH_LIST naming the GPU's arch (persistent_gemm builds:",
+              known_archs_text(), ")."));
 }
 
 // Runs A (M,K) @ B (K,N) with whatever operand copies / output cast the chosen variant needs.
@@ -138,6 +151,7 @@ at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tens
   req.d_aligned = (p.n * out_elem) % 16 == 0;
   Choice const c = choose_kernel_cached(op, *mod.table, req);
   KernelEntry const& e = *c.entry;
+  self_check::ensure(op, mod, e, a.get_device());
 
   // pad_m: the kernel runs on whole M-tiles (see Choice::pad_m); D's extra rows are cut off.
   int64_t const m_run = c.pad_m ? (p.m + e.geometry.tile_m - 1) / e.geometry.tile_m * e.geometry.tile_m : p.m;
@@ -148,8 +162,9 @@ at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tens
                                                                : at::kBFloat16;
   int64_t const ldd = c.pad_d ? (p.n * out_elem + 15) / 16 * 16 / out_elem : p.n;
   auto d_buf = at::empty({m_run, ldd}, a.options().dtype(kernel_out));
-  // Test hook: NaN in every element the kernel is meant to write, so a skipped tile shows.
-  if (g_poison_outputs.load(std::memory_order_relaxed)) d_buf.fill_(std::numeric_limits<float>::quiet_NaN());
+  // Test hook (and the self-check): NaN in every element the kernel is meant to write, so a
+  // skipped tile shows.
+  if (poison_outputs()) d_buf.fill_(std::numeric_limits<float>::quiet_NaN());
 
   GemmArgs args;
   args.m = int32_t(m_run);
@@ -216,6 +231,7 @@ at::Tensor mm_cuda(at::Tensor const& a, at::Tensor const& b, std::optional<at::S
   if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
   check_extents(op, p);
   auto const& mod = require_arch(op, a);
+  if (self_check::use_fallback(mod)) return mm_cpu(a, b, out_dtype, std::nullopt);
   Request req;
   req.m = p.m, req.n = p.n, req.k = p.k;
   req.a = req.b = to_dtype(a.scalar_type());
@@ -239,6 +255,7 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
   if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
   check_extents(op, p);
   auto const& mod = require_arch(op, a);
+  if (self_check::use_fallback(mod)) return scaled_mm_cpu(a, b, scale_a, scale_b, out_dtype, use_fast_accum, std::nullopt);
   Request req;
   req.m = p.m, req.n = p.n, req.k = p.k;
   req.a = req.b = DType::E4M3;
@@ -280,6 +297,14 @@ MxScales blocked_scales(char const* op, ArchModule const& mod, at::Tensor const&
 // The MX ops after their checks: `w` is the weight as (N, K) rows (e4m3, or packed e2m1 (N, K/2)
 // bytes), i.e. b^T, of element type `b_dtype`. A swap-AB kernel runs D^T = W A^T: the weight
 // becomes its X operand and D is written transposed; otherwise X = a, Y = w.
+// A copy of the (rows, K) byte rows of an MX operand (`k_bytes` wide) zero-padded to `kp_bytes`,
+// for the SM100 TMA rule on K (sm100_mx::padded_k): zeros past K contribute nothing.
+at::Tensor k_padded_copy(at::Tensor const& rows_by_k, int64_t kp_bytes) {
+  auto buf = at::zeros({rows_by_k.size(0), kp_bytes}, rows_by_k.options().dtype(at::kByte));
+  buf.narrow(1, 0, rows_by_k.size(1)).copy_(rows_by_k.view(at::kByte));
+  return buf;
+}
+
 at::Tensor run_mx(char const* op, Problem const& p, DType b_dtype, std::optional<c10::string_view> config,
                   at::Tensor a, at::Tensor const& a_scale, at::Tensor w, at::Tensor const& b_scale,
                   ScaleLayouts layouts) {
@@ -301,33 +326,50 @@ at::Tensor run_mx(char const* op, Problem const& p, DType b_dtype, std::optional
   req.d_aligned = (p.n * out_elem) % 16 == 0;
   Choice const c = choose_kernel_cached(op, *mod.table, req);
   KernelEntry const& e = *c.entry;
-  if (c.copy_a) a = k_major_copy(a, 0);
-  if (c.copy_b) w = k_major_copy(w, 0);
+  self_check::ensure(op, mod, e, a.get_device());
+  bool const e2m1 = b_dtype == DType::E2M1;
+  // tcgen05 kernels (SM100) load both operands by TMA with a K rule of their own: K % 128 for
+  // e2m1 (16U4_ALIGN16B rows), K % 16 for e4m3. Other K runs on zero-padded copies.
+  int64_t const k_run = mod.table->sm_major >= 10 ? kernel::sm100_mx::padded_k(p.k, e2m1) : p.k;
+  if (k_run != p.k) {
+    a = k_padded_copy(a, k_run);
+    w = k_padded_copy(w, e2m1 ? k_run / 2 : k_run);
+  } else {
+    if (c.copy_a) a = k_major_copy(a, 0);
+    if (c.copy_b) w = k_major_copy(w, 0);
+  }
   cudaStream_t const stream = c10::cuda::getCurrentCUDAStream(a.get_device());
+  // The blocked scales of K and of k_run have the same atoms: k_run < K rounded up to 128.
   MxScales const sc = blocked_scales(op, mod, a_scale, p.m, b_scale, p.n, p.k, layouts, stream);
 
   at::ScalarType const kernel_out = e.d_dtype == DType::FP32 ? at::kFloat : at::kBFloat16;
-  auto d_buf = at::empty({p.m, p.n}, a.options().dtype(kernel_out));
-  if (g_poison_outputs.load(std::memory_order_relaxed)) d_buf.fill_(std::numeric_limits<float>::quiet_NaN());
+  int64_t const kernel_elem = c10::elementSize(kernel_out);
+  // pad_d: a TMA store writes whole 16-byte chunks; D is then narrowed back to N columns.
+  int64_t const ldd = c.pad_d ? (p.n * kernel_elem + 15) / 16 * 16 / kernel_elem : p.n;
+  auto d_buf = at::empty({p.m, ldd}, a.options().dtype(kernel_out));
+  if (poison_outputs()) d_buf.fill_(std::numeric_limits<float>::quiet_NaN());
 
   at::Tensor const& x = e.swap_ab ? w : a;
   at::Tensor const& y = e.swap_ab ? a : w;
   GemmArgs args;
   args.m = int32_t(e.swap_ab ? p.n : p.m);
   args.n = int32_t(e.swap_ab ? p.m : p.n);
-  args.k = int32_t(p.k);
+  args.k = int32_t(k_run);
   args.a = x.data_ptr();
   args.lda = tma_ld(x, 1);  // elements of one byte each: e4m3, or packed e2m1 pairs
   args.b = y.data_ptr();
   args.ldb = tma_ld(y, 1);
   args.d = d_buf.data_ptr();
-  args.ldd = p.n;
+  args.ldd = ldd;
+  args.d_pad_writable = c.pad_d;
   args.scale_mode = ScaleMode::Block32;
   args.scale_a = (e.swap_ab ? sc.b : sc.a).data_ptr();
   args.scale_b = (e.swap_ab ? sc.a : sc.b).data_ptr();
   args.sm_count = req.sm_count;
-  check_launch(e.run(args, stream), op, e, args, int64_t(c10::elementSize(kernel_out)));
-  return kernel_out != p.out_dtype ? d_buf.to(p.out_dtype) : d_buf;
+  check_launch(e.run(args, stream), op, e, args, kernel_elem);
+  at::Tensor d = c.pad_d ? d_buf.narrow(1, 0, p.n) : d_buf;
+  if (kernel_out != p.out_dtype) return d.to(p.out_dtype);
+  return c.pad_d ? d.contiguous() : d;
 }
 
 }  // namespace
@@ -340,6 +382,8 @@ at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Ten
   auto const layouts = parse_scale_layouts(op, scale_layout, b_scale_layout);
   auto const p = check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype, layouts);
   check_config(op, config, {"mxfp8"});
+  if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
+    return mxfp8_mm_cpu(a, a_scale, b, b_scale, out_dtype, scale_layout, std::nullopt, b_scale_layout);
   return run_mx(op, p, DType::E4M3, config, a, a_scale, b.t(), b_scale, layouts);
 }
 
@@ -351,6 +395,8 @@ at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::T
   auto const layouts = parse_scale_layouts(op, scale_layout, b_scale_layout);
   auto const p = check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype, layouts);
   check_config(op, config, {"e4m3xe2m1"});
+  if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
+    return fp8_fp4_mm_cpu(a, a_scale, b, b_scale, out_dtype, scale_layout, std::nullopt, b_scale_layout);
   return run_mx(op, p, DType::E2M1, config, a, a_scale, b.t(), b_scale, layouts);
 }
 

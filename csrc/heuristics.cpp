@@ -49,33 +49,31 @@ double bytes_of(DType t) {
 // committed benchmarks/results/h200_sweep.csv is the check: there the configs this model picks
 // run within 0.7% (geometric mean over 32 shapes) of the fastest built config per shape.
 namespace model {
-constexpr double kClockGHz = 1.755;            // sustained SM clock under GEMM load
-constexpr double kFlopsPerClk16 = 4096;        // dense bf16/fp16 wgmma per SM per clock (fp8: 2x)
-constexpr double kStageOverheadClk = 100;      // per k-tile: barrier waits, issue, release
+// Arch-independent terms, fitted on the H200 (see above). The arch's own constants (clock, MMA
+// rate and derating, per-k-tile overhead, SM load rate, DRAM, L2, launch) come from its kernel
+// table (KernelTable::cost, archs.py): measured for sm90a, published peaks for sm100a.
+//
 // Promoted FP8: per k-tile the fp32 adds of the previous k-tile's partial sums (overlapped with
 // this one's wgmmas, collective/sm90_fp8_promoted_mma.hpp). Fitted to the H200 sweep: the
 // promoted 128x128 cooperative tile ran within 2-5% of the fast-accumulation kernels.
 constexpr double kPromoteClk = 25;
-// MX: per 32-K block an FMUL + FFMA per accumulator element, on the SM's 128 fp32 lanes,
-// overlapped with the next block's wgmma (collective/sm90_mx_block_scaled_mma.hpp); the e8m0
-// expansion and scale loads add per K-tile.
+// MX where the scales cost ALU work (ArchCost::mx_scales_in_alu, SM90): per 32-K block an FMUL +
+// FFMA per accumulator element, on the SM's 128 fp32 lanes, overlapped with the next block's
+// wgmma (collective/sm90_mx_block_scaled_mma.hpp); the e8m0 expansion and scale loads add per K-tile.
 constexpr double kFp32LanesPerClk = 128;
 constexpr double kMxTileOverheadClk = 120;
-constexpr double kMmaEffMax = 0.89;            // power/clock derating of the ideal MMA rate
-constexpr double kSmLoadBytesPerUs = 80e3;     // one SM's sustained TMA inflow
 constexpr double kOobFillBytesPerUs = 80e3;    // TMA zero-fill of out-of-bounds box rows, per SM
-constexpr double kDramBytesPerUs = 3.26e6;     // device memory, read + write, as GEMMs stream it
-constexpr double kL2BytesPerUs = 7.6e6;        // L2 -> SMs, all SMs together
 constexpr double kCoopEpilogueUsPer32K = 3.3;  // cooperative epilogue per 32K-element tile
 constexpr double kL2ShareOfDram = 0.25;        // L2 -> SM traffic slows a concurrent DRAM stream
-constexpr double kLaunchUs = 4.0;              // grid start-up and the first tile's prologue
 constexpr double kCopyLaunchUs = 6.0;          // one extra copy (pad_m), mostly its host time
 }  // namespace model
 
 }  // namespace
 
-Estimate estimate(Request const& r, KernelGeometry const& g, bool pad_m, bool promoted_fp8, bool block_scaled) {
+Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, bool pad_m, bool promoted_fp8,
+                  bool block_scaled) {
   using namespace model;
+  bool const mx_alu = block_scaled && c.mx_scales_in_alu;
   Estimate e;
   double const ea = bytes_of(r.a), eb = bytes_of(r.b), ed = bytes_of(r.d);
   int64_t const mt = cdiv(r.m, g.tile_m), nt = cdiv(r.n, g.tile_n), kp = cdiv(r.k, g.tile_k) * g.tile_k;
@@ -85,16 +83,16 @@ Estimate estimate(Request const& r, KernelGeometry const& g, bool pad_m, bool pr
   e.tile_eff = double(r.m) * r.n / (double(ids * g.cluster_m * g.tile_m) * (g.cluster_n * g.tile_n));
 
   // Per k-tile work in SM clocks (fp8 tiles are twice as deep at twice the rate: same clocks).
-  double const flops_per_clk = kFlopsPerClk16 * (ea <= 1 ? 2 : 1);
+  double const flops_per_clk = c.flops_per_clk_16bit * (ea <= 1 ? 2 : 1);
   double stage_clk = 2.0 * g.tile_m * g.tile_n * g.tile_k / flops_per_clk;
-  if (block_scaled) stage_clk = std::max(stage_clk, 2.0 * g.tile_m * g.tile_n * (g.tile_k / 32) / kFp32LanesPerClk);
+  if (mx_alu) stage_clk = std::max(stage_clk, 2.0 * g.tile_m * g.tile_n * (g.tile_k / 32) / kFp32LanesPerClk);
   double const overhead_clk =
-      kStageOverheadClk + (promoted_fp8 ? kPromoteClk : 0.0) + (block_scaled ? kMxTileOverheadClk : 0.0);
-  double const eff = kMmaEffMax * stage_clk / (stage_clk + overhead_clk);
-  double const tile_mma_us = 2.0 * g.tile_m * g.tile_n * kp / flops_per_clk / eff / (kClockGHz * 1e3);
+      c.stage_overhead_clk + (promoted_fp8 ? kPromoteClk : 0.0) + (mx_alu ? kMxTileOverheadClk : 0.0);
+  double const eff = c.mma_eff_max * stage_clk / (stage_clk + overhead_clk);
+  double const tile_mma_us = 2.0 * g.tile_m * g.tile_n * kp / flops_per_clk / eff / (c.clock_ghz * 1e3);
   // Rows past M (columns past N) are not loaded but zero-filled: see oob_us below.
   double const rows_a = pad_m ? g.tile_m : std::min<int64_t>(g.tile_m, r.m), rows_b = std::min<int64_t>(g.tile_n, r.n);
-  double const tile_load_us = (rows_a * ea + rows_b * eb) * kp / kSmLoadBytesPerUs;
+  double const tile_load_us = (rows_a * ea + rows_b * eb) * kp / c.sm_load_bytes_per_us;
   double tile_us = std::max(tile_mma_us, tile_load_us);
   if (g.style == KernelStyle::Cooperative) tile_us += kCoopEpilogueUsPer32K * g.tile_m * g.tile_n / 32768.0;
   // Out-of-bounds rows of the last M-tile (A) and columns of the last N-tile (B): a worker meets
@@ -105,12 +103,12 @@ Estimate estimate(Request const& r, KernelGeometry const& g, bool pad_m, bool pr
   e.mma_us = e.waves * tile_us;
   e.oob_us = oob_us;
 
-  e.dram_us = double(r.m * r.k * ea + r.n * r.k * eb + r.m * r.n * ed) / kDramBytesPerUs;
+  e.dram_us = double(r.m * r.k * ea + r.n * r.k * eb + r.m * r.n * ed) / c.dram_bytes_per_us;
   double const l2_bytes = double(mt * nt) * kp * (rows_a * ea / g.cluster_n + rows_b * eb / g.cluster_m);
-  e.l2_us = l2_bytes / kL2BytesPerUs;
+  e.l2_us = l2_bytes / c.l2_bytes_per_us;
   // The zero-fill occupies the TMA unit that also feeds the loads: it adds to any bound.
-  e.us = std::max({e.mma_us, e.dram_us + kL2ShareOfDram * e.l2_us, e.l2_us}) + e.oob_us + kLaunchUs;
-  if (pad_m) e.us += kCopyLaunchUs + 2.0 * double(r.m * r.k * ea) / kDramBytesPerUs;
+  e.us = std::max({e.mma_us, e.dram_us + kL2ShareOfDram * e.l2_us, e.l2_us}) + e.oob_us + c.launch_us;
+  if (pad_m) e.us += kCopyLaunchUs + 2.0 * double(r.m * r.k * ea) / c.dram_bytes_per_us;
   return e;
 }
 
@@ -171,13 +169,13 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
       continue;
     }
     if (explain) fitting.insert(e.config);
-    Estimate est = estimate(r, e);
+    Estimate est = estimate(r, e, table.cost);
     // Padding M copies A K-major, so it needs a K-major variant. Never with a per-row scale_a
     // (rowwise, or MX block scales): it has only M rows, and the padded rows would read past it.
     if (r.m % e.geometry.tile_m != 0 && e.a_k_major && r.scale != ScaleMode::Rowwise &&
         r.scale != ScaleMode::Block32 &&
         r.m + e.geometry.tile_m < (int64_t(1) << 31)) {
-      Estimate const padded = estimate(r, e, /*pad_m=*/true);
+      Estimate const padded = estimate(r, e, table.cost, /*pad_m=*/true);
       c.pad_m = padded.us < est.us;
       if (c.pad_m) est = padded;
     }
@@ -202,12 +200,17 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
                        (best.pad_d ? ", pads D for TMA" : "") +
                        (best.pad_m ? ", pads M to " + std::to_string(cdiv(r.m, e.geometry.tile_m) * e.geometry.tile_m) : "") +
                        (e.d_dtype != r.d ? ", casts fp32 D" : "") +
-                       (e.scale_mode == ScaleMode::Block32 ? ", MX scales applied per 32-K block"
+                       (e.scale_mode == ScaleMode::Block32
+                            ? (table.cost.mx_scales_in_alu ? ", MX scales applied per 32-K block in fp32"
+                                                           : ", MX scales applied by the tensor core (block_scale MMA)")
                         : e.a_dtype == DType::E4M3 ? (e.fast_accum ? ", fast accumulation" : ", promoted fp32 accumulation")
                                                    : "") +
                        (e.swap_ab ? ", swap-AB (weight on the MMA's M side, D written transposed)" : "") +
                        (e.tma_store ? "" : ", predicated stores"));
   }
+  if (!table.cost.measured)
+    best.log.push_back(std::string("cost model: ") + table.arch +
+                       " constants are published peaks, not measured by this project (archs.py)");
   for (auto const& [name, reason] : rejected)
     if (!fitting.count(name)) best.log.push_back("rejected " + name + ": " + reason);
   if (!best.entry) {

@@ -59,8 +59,8 @@ struct Estimate {
 // promoted_fp8: the config promotes FP8 partial sums every k-tile (promoted_fp8(entry));
 // block_scaled: it promotes every 32-K block with two MX scales (FMUL + FFMA per element).
 // The request is in the kernel's orientation (oriented()).
-Estimate estimate(Request const& req, KernelGeometry const& geometry, bool pad_m = false, bool promoted_fp8 = false,
-                  bool block_scaled = false);
+Estimate estimate(Request const& req, KernelGeometry const& geometry, ArchCost const& cost, bool pad_m = false,
+                  bool promoted_fp8 = false, bool block_scaled = false);
 inline bool promoted_fp8(KernelEntry const& e) {
   return e.a_dtype == DType::E4M3 && !e.fast_accum && e.scale_mode != ScaleMode::Block32;
 }
@@ -72,8 +72,8 @@ inline Request oriented(Request r, KernelEntry const& e) {
   }
   return r;
 }
-inline Estimate estimate(Request const& req, KernelEntry const& e, bool pad_m = false) {
-  return estimate(oriented(req, e), e.geometry, pad_m, promoted_fp8(e), e.scale_mode == ScaleMode::Block32);
+inline Estimate estimate(Request const& req, KernelEntry const& e, ArchCost const& cost, bool pad_m = false) {
+  return estimate(oriented(req, e), e.geometry, cost, pad_m, promoted_fp8(e), e.scale_mode == ScaleMode::Block32);
 }
 
 }  // namespace persistent_gemm

@@ -10,6 +10,7 @@
 #include "checks.h"
 #include "device_info.h"
 #include "dispatch.h"
+#include "self_check.h"
 #include "heuristics.h"
 #include "text.h"
 #include "persistent_gemm/host/catalogue.h"
@@ -99,7 +100,8 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
             : scale == "row"    ? ScaleMode::Rowwise
                                 : ScaleMode::None;
   r.d_aligned = (n * (r.d == DType::FP32 ? 4 : 2)) % 16 == 0;
-  r.sm_count = sm_count;
+  // sm_count <= 0: the reference part of the arch's cost model (H200: 132, B200: 148).
+  r.sm_count = sm_count > 0 ? sm_count : mod->table->reference_sm_count;
   r.config = config;
   r.fast_accum = fast_accum;
   if (config) check_config_accum("explain", c10::string_view(*config), fast_accum);
@@ -112,7 +114,9 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   d["pad_d"] = c.pad_d;
   d["log"] = c.log;
   d["pad_m"] = c.pad_m;
-  d["estimate_us"] = estimate(r, *c.entry, c.pad_m).us;
+  d["estimate_us"] = estimate(r, *c.entry, mod->table->cost, c.pad_m).us;
+  d["sm_count"] = r.sm_count;
+  d["cost_model_measured"] = mod->table->cost.measured;
   d["swap_ab"] = c.entry->swap_ab;
   d["fast_accum"] = c.entry->fast_accum;
   return d;
@@ -161,6 +165,31 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       }
     return out;
   });
+  m.def("arch_info", [] {
+    py::dict out;
+    for (auto const& mod : registered_arches()) {
+      auto const& t = *mod.table;
+      py::dict d;
+      d["sm"] = py::make_tuple(t.sm_major, t.sm_minor);
+      d["validated_on_hardware"] = t.validated_on_hardware;
+      d["reference_sm_count"] = t.reference_sm_count;
+      d["self_checked"] = self_check::guarded(mod);
+      py::dict c;
+      auto const& k = t.cost;
+      c["clock_ghz"] = k.clock_ghz, c["flops_per_clk_16bit"] = k.flops_per_clk_16bit, c["mma_eff_max"] = k.mma_eff_max;
+      c["stage_overhead_clk"] = k.stage_overhead_clk, c["sm_load_bytes_per_us"] = k.sm_load_bytes_per_us;
+      c["dram_bytes_per_us"] = k.dram_bytes_per_us, c["l2_bytes_per_us"] = k.l2_bytes_per_us;
+      c["launch_us"] = k.launch_us, c["mx_scales_in_alu"] = k.mx_scales_in_alu, c["measured"] = k.measured;
+      d["cost"] = c;
+      out[t.arch] = d;
+    }
+    return out;
+  });
+  m.def("self_check_results", [] {
+    py::list out;
+    for (auto const& r : self_check::results()) out.append(py::make_tuple(r.config, r.passed, r.report));
+    return out;
+  }, "kernels self-checked in this process: (config, passed, failure report)");
   m.def("registered_arches", [] {
     std::vector<std::string> a;
     for (auto const& mod : registered_arches()) a.emplace_back(mod.table->arch);
@@ -168,7 +197,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("explain", &explain, py::arg("arch"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"),
         py::arg("out_dtype"), py::arg("a_k_major") = true, py::arg("b_k_major") = true,
-        py::arg("scale") = "none", py::arg("sm_count") = 132, py::arg("config") = py::none(),
+        py::arg("scale") = "none", py::arg("sm_count") = 0, py::arg("config") = py::none(),
         py::arg("fast_accum") = false);
   m.def("set_poison_outputs", &set_poison_outputs,
         "tests: NaN-fill every kernel output buffer before the launch, so unwritten tiles show");

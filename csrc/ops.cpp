@@ -10,6 +10,7 @@
 
 #include "checks.h"
 #include "dispatch.h"
+#include "reference.h"
 
 namespace persistent_gemm {
 namespace {
@@ -46,6 +47,10 @@ at::Tensor unpack_e2m1(at::Tensor const& packed_rows) {
   return e2m1_lut().to(packed_rows.device()).index({codes});
 }
 
+}  // namespace
+
+// The references are plain ATen, so they run on any device: the CPU kernels of the ops, the
+// self-check's yardstick and PGEMM_FALLBACK=torch (reference.h).
 at::Tensor mm_cpu(at::Tensor const& a, at::Tensor const& b, std::optional<at::ScalarType> out_dtype,
                   std::optional<c10::string_view> config) {
   auto const p = check_mm("persistent_gemm.mm", a, b, out_dtype);
@@ -96,6 +101,8 @@ at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Te
   auto const db = unpack_e2m1(b.t()) * block_scale_factors(b_scale, p.n, p.k, layout.b);  // (N, K)
   return at::mm(da, db.t()).to(p.out_dtype);
 }
+
+namespace {
 
 // -- mm's autograd: dA = dC @ B^T, dB = A^T @ dC, both through mm itself ------------------------
 // Registered here, in C++, rather than with torch.library.register_autograd: a Python autograd

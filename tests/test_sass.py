@@ -76,3 +76,32 @@ def test_sm100a_uses_tcgen05_mma():
     assert re.search(r"\bUTC\w*MMA", text), "no tcgen05 (UTC*MMA) instruction in the sm100a module"
     assert "UTCHMMA.2CTA" in text, "the catalogue's 2-SM config should issue paired-CTA MMAs"
     assert "code for sm_100a" in text
+
+
+def _functions(text: str) -> dict[str, str]:
+    """SASS per kernel: mangled name -> its instructions."""
+    parts = re.split(r"^\s*Function : (\S+)\s*$", text, flags=re.M)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+
+
+def test_sm100a_mx_kernels_issue_block_scaled_mma():
+    """Every SM100 MX kernel (CUTLASS's block-scaled mainloop inside our Sm100GemmPersistent)
+    issues tcgen05 block_scale MMAs (UTCQMMA, kind::mxf8f6f4, with scale-factor TMEM operands) and
+    copies the scale factors smem -> TMEM (UTCCP 4x32dp128bit); the 2-SM ones in their .2CTA
+    forms. One such kernel per built SM100 MX entry."""
+    text = sass("sm100a")
+    entries = [e for e in pg._C.built_kernels() if e["arch"] == "sm100a" and e["config"].split("_")[1] in ("mxfp8", "e4m3xe2m1")]
+    if not entries:
+        pytest.skip("no sm100a MX kernel built")
+    mx = {name: body for name, body in _functions(text).items() if "BlockScaled" in name}
+    assert len(mx) == len(entries), (len(mx), [e["config"] for e in entries])
+    for name, body in mx.items():
+        two_sm = "Umma2Sm" in name
+        cta = r"\.2CTA" if two_sm else ""
+        # UTCQMMA gdesc[A], gdesc[B], tmem[D], tmem[SFA], idesc, tmem[SFB]: the block-scaled form
+        assert re.search(rf"\bUTCQMMA{cta} gdesc\[\w+\], gdesc\[\w+\], tmem\[\w+\], tmem\[\w+\], idesc\[\w+\], tmem\[\w+\]",
+                         body), f"no block-scaled UTCQMMA{'.2CTA' if two_sm else ''} in {name[:120]}"
+        assert re.search(rf"\bUTCCP\.T\.S{cta}\.4x32dp128bit", body), f"no UTCCP scale-factor copy in {name[:120]}"
+        if not two_sm:
+            assert ".2CTA" not in body, f"1-SM kernel with paired-CTA instructions: {name[:120]}"
+        assert "UTMALDG" in body and "UTMASTG" in body, "TMA loads and stores"

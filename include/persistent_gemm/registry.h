@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 5;
+constexpr int kRegistryAbiVersion = 6;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -83,6 +83,15 @@ struct KernelEntry {
   cudaError_t (*run)(GemmArgs const& args, cudaStream_t stream);
 };
 
+// The dispatcher's cost-model constants for one arch (python/persistent_gemm/archs.py CostModel,
+// written by codegen; heuristics.cpp says what each bounds).
+struct ArchCost {
+  double clock_ghz, flops_per_clk_16bit, mma_eff_max, stage_overhead_clk;
+  double sm_load_bytes_per_us, dram_bytes_per_us, l2_bytes_per_us, launch_us;
+  bool mx_scales_in_alu;  // SM90: MX scales are FMUL + FFMA per 32-K block; SM100: in the MMA
+  bool measured;          // fitted on this hardware by the project (false: published peaks)
+};
+
 struct KernelTable {
   int32_t abi_version;
   const char* arch;  // "sm90a" / "sm100a"
@@ -92,6 +101,11 @@ struct KernelTable {
   // Plain (rows, blocks) e8m0 scales, row stride ld bytes -> the blocked layout (128 x 4 atoms,
   // padded rows/blocks = 0x7F, i.e. 1.0), one launch on `stream` for up to two scale tensors.
   cudaError_t (*scale_to_blocked)(ScaleRelayout const* jobs, int count, cudaStream_t stream);
+  ArchCost cost;
+  int32_t reference_sm_count;  // multiprocessors of the part the constants describe
+  // false: the project compiled these kernels but never ran them on such a GPU; the dispatcher
+  // self-checks each one on its first use in a process (csrc/self_check.cpp).
+  bool validated_on_hardware;
 };
 
 }  // namespace persistent_gemm

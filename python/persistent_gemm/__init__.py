@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 
 from ._version import __version__
+from .archs import ARCH_NAMES, ARCHS
 from .catalogue import CATALOGUE, ConfigError, KernelConfig
 from .explain import Decision, explain
 from .prepare import PreparedWeight, prepare_weight
@@ -22,7 +23,7 @@ from .quant import dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp4, quantize_
 from .scale_layout import SCALE_LAYOUTS, from_blocked, to_blocked
 from .schedule import ScheduleGrid, TileSchedule
 
-ARCH_MODULES = ("sm90a", "sm100a")
+ARCH_MODULES = ARCH_NAMES  # one extension module _C_<arch> per archs.ARCHS entry
 
 try:
     from . import _C  # noqa: F401  (registers the schemas, CPU references and CUDA dispatch)

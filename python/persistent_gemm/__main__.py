@@ -19,6 +19,9 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from .archs import ARCH_NAMES, ARCHS
+from .catalogue import DTYPES
+
 # Flags that build a KernelConfig field by field; they conflict with --config.
 _CONFIG_DEFAULTS = {
     "swizzle": 8,
@@ -67,7 +70,7 @@ def _build_config(args: argparse.Namespace):
     v = {k: (getattr(args, k) if getattr(args, k) is not None else d) for k, d in _CONFIG_DEFAULTS.items()}
     kernel = v["kernel"]
     if kernel is None:
-        kernel = KERNEL_STYLES.get(v["arch"], ("cooperative",))[0]
+        kernel = ARCHS[v["arch"]].default_style if v["arch"] in ARCHS else KERNEL_STYLES.get(v["arch"], ("cooperative",))[0]
     kernel = _KERNEL_ALIASES.get(kernel, kernel)
     schedule = TileSchedule(swizzle=v["swizzle"], cluster=_ints(v["cluster"], 2, "--cluster"), raster=v["raster"])
     return KernelConfig(
@@ -170,11 +173,11 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--tile", help="tile_m x tile_n x tile_k (default 128x256x64)")
     q.add_argument(
         "--kernel",
-        choices=("cooperative", "pingpong", "coop", "pp", "1sm", "2sm"),
-        help="kernel style (default: cooperative on sm90a, 1sm on sm100a)",
+        choices=tuple(dict.fromkeys(s for a in ARCHS.values() for s in a.styles)) + tuple(_KERNEL_ALIASES),
+        help="kernel style (default: " + ", ".join(f"{a.default_style} on {a.name}" for a in ARCHS.values()) + ")",
     )
-    q.add_argument("--dtype", choices=("bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"), help="default bf16")
-    q.add_argument("--arch", choices=("sm90a", "sm100a"), help="default sm90a")
+    q.add_argument("--dtype", choices=DTYPES, help="default bf16")
+    q.add_argument("--arch", choices=ARCH_NAMES, help=f"default {_CONFIG_DEFAULTS['arch']}")
     q.add_argument("--stages", type=int, help="pipeline stages (default: auto)")
     w = q.add_mutually_exclusive_group()
     w.add_argument("--workers", type=int, help="persistent workers (clusters)")

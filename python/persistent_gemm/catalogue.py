@@ -16,18 +16,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
+from .archs import ARCH_NAMES
+from .archs import ARCHS as _ARCH_SPECS
 from .schedule import TileSchedule
 
-Arch = Literal["sm90a", "sm100a"]
+Arch = Literal["sm90a", "sm100a"]  # for type checkers; the values come from archs.ARCHS
 Dtype = Literal["bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"]
 Kernel = Literal["cooperative", "pingpong", "1sm", "2sm"]
 Accum = Literal["promoted", "fast"]
 
-ARCHS: tuple[str, ...] = ("sm90a", "sm100a")
+ARCHS: tuple[str, ...] = ARCH_NAMES
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1")
 #: bytes per element of the A operand, per dtype family (for K-tile and footprint rules)
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1, "mxfp8": 1, "e4m3xe2m1": 1}
-KERNEL_STYLES = {"sm90a": ("cooperative", "pingpong"), "sm100a": ("1sm", "2sm")}
+KERNEL_STYLES = {a.name: a.styles for a in _ARCH_SPECS.values()}
 _STYLE_TOKEN = {"cooperative": "coop", "pingpong": "pp", "1sm": "1sm", "2sm": "2sm"}
 _TOKEN_STYLE = {v: k for k, v in _STYLE_TOKEN.items()}
 #: Accumulation modes. "promoted": FP8 partial sums are added into an fp32 accumulator every
@@ -44,6 +46,11 @@ SM90_ACCUMULATOR_REGISTER_BUDGET = 192
 
 #: Dtype families applied with 1x32 e8m0 block scales in the mainloop (the MX ops).
 MX_DTYPES: tuple[str, ...] = ("mxfp8", "e4m3xe2m1")
+#: The SM100 block-scaled path's tile rules (kernel/sm100_tile_mapping.hpp's sm100_mx constants).
+SM100_MX_TILE_K = 128
+SM100_MX_TILE_N = 128
+SM100_SMEM_BYTES = 232448               # opt-in dynamic shared memory per CTA
+SM100_MX_EPILOGUE_SMEM_BYTES = 17408    # the TMA-store epilogue's staging + barriers (estimate)
 #: Name token of swap-AB configs: the weight is the MMA's A operand, D is written transposed.
 _SWAP_TOKEN = "swapab"
 
@@ -145,6 +152,33 @@ class KernelConfig:
                 return f"{self.kernel} UMMA needs tile_m in {want}, got {tm}"
             if self.kernel == "2sm" and self.schedule.cluster_m % 2:
                 return f"2sm kernels pair CTAs along M: cluster_m must be even, got {self.schedule.cluster_m}"
+            if self.dtype in MX_DTYPES:
+                return self._sm100_mx_rejection()
+        return None
+
+    def _sm100_mx_rejection(self) -> Optional[str]:
+        """The rules of the SM100 block-scaled path (mirrors the static_asserts of
+        kernel/sm100_mx_gemm_builder.hpp and CUTLASS's block-scaled builder)."""
+        tm, tn, tk = self.tile
+        if tk != SM100_MX_TILE_K:
+            return (f"sm100a MX kernels need tile_k = {SM100_MX_TILE_K}: the e2m1 operand is loaded into 8-bit "
+                    f"smem containers 128 elements deep, one scale atom column per K tile; got {tk}")
+        if tn == 256:
+            return ("sm100a MX kernels cannot use tile_n = 256: two 256-column fp32 accumulators fill all 512 TMEM "
+                    "columns, leaving none for the scale factors, so CUTLASS overlaps the accumulators, which our "
+                    "kernel does not implement (use tile_n = 128)")
+        if tn != SM100_MX_TILE_N:
+            return (f"sm100a MX kernels need tile_n = {SM100_MX_TILE_N} (64 and 192 need per-tile scale-factor "
+                    f"column shifts in TMEM that our kernel does not implement), got {tn}")
+        if self.stages is not None:
+            # Per CTA and stage: its A rows and its share of B (a 2-SM pair splits B), 128 B each
+            # (e2m1 sits in 8-bit containers), plus one 512 B scale atom per operand.
+            ctas = 2 if self.kernel == "2sm" else 1
+            stage = (tm // ctas) * tk + (tn // ctas) * tk + 2 * 512
+            fit = (SM100_SMEM_BYTES - SM100_MX_EPILOGUE_SMEM_BYTES) // stage
+            if self.stages > fit:
+                return (f"stages={self.stages}: {stage} B per stage fit at most {fit} times in the "
+                        f"{SM100_SMEM_BYTES} B of shared memory beside the epilogue's")
         return None
 
     def _sm90_mx_rejection(self) -> Optional[str]:
@@ -267,7 +301,7 @@ class KernelConfig:
 
 
 _NAME_RE = re.compile(
-    r"(?P<arch>sm90a|sm100a)_(?P<dtype>bf16|fp16|e4m3xe2m1|e4m3|mxfp8)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)"
+    rf"(?P<arch>{'|'.join(ARCHS)})_(?P<dtype>bf16|fp16|e4m3xe2m1|e4m3|mxfp8)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)"
     r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)_(?P<style>coop|pp|1sm|2sm)(?P<swap>_swapab)?(?P<accum>_fastacc)?(?:_s(?P<stages>\d+))?"
 )
 
@@ -317,6 +351,12 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     _cfg((64, 16, 128), 8, (1, 1), kernel="pingpong", dtype="e4m3xe2m1", swap_ab=True),
     _cfg((64, 64, 128), 8, (1, 1), kernel="pingpong", dtype="e4m3xe2m1", swap_ab=True),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a"),
+    # SM100 MX (tcgen05 block_scale MMAs, kind::mxf8f6f4; compiled and SASS-checked, not run by
+    # this project): a 1-SM and a 2-SM tile per family, per-CTA N = 128 (see _sm100_mx_rejection).
+    _cfg((128, 128, 128), 8, (1, 1), kernel="1sm", dtype="mxfp8", arch="sm100a"),
+    _cfg((256, 128, 128), 8, (2, 1), kernel="2sm", dtype="mxfp8", arch="sm100a"),
+    _cfg((128, 128, 128), 8, (1, 1), kernel="1sm", dtype="e4m3xe2m1", arch="sm100a"),
+    _cfg((256, 128, 128), 8, (2, 1), kernel="2sm", dtype="e4m3xe2m1", arch="sm100a"),
 )
 
 

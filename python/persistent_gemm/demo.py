@@ -11,6 +11,7 @@ import time
 import torch
 
 import persistent_gemm as pg
+from persistent_gemm.archs import by_capability
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -21,7 +22,8 @@ def _device() -> tuple[str, str]:
     if not torch.cuda.is_available():
         return "cpu", "no CUDA GPU visible: running the CPU reference implementations"
     major, minor = torch.cuda.get_device_capability()
-    arch = {(9, 0): "sm90a", (10, 0): "sm100a"}.get((major, minor))
+    spec = by_capability(major, minor)
+    arch = spec.name if spec else None
     name = torch.cuda.get_device_name()
     if arch is None or arch not in pg.built_archs():
         return "cpu", f"{name} (sm_{major}{minor}) has no kernels in this build: running the CPU references"

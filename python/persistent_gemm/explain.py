@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .archs import ARCH_NAMES
+from .archs import ARCHS as ARCH_SPECS
 from .catalogue import MX_DTYPES
 from .schedule import check_int
 
 #: What :func:`explain` accepts (the C++ side knows the same names).
-ARCHS = ("sm90a", "sm100a")
+ARCHS = ARCH_NAMES
 DTYPES = ("bf16", "fp16", "e4m3") + MX_DTYPES  # MX: e8m0 1x32 block scales, no `scale` argument
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 SCALES = ("none", "tensor", "row")
@@ -29,10 +31,12 @@ class Decision:
     copy_b: bool
     pad_d: bool
     pad_m: bool = False  # A copied into whole M-tiles, D narrowed back (TMA zero-fill is slow)
-    estimate_us: float = 0.0  # the cost model's estimate for the chosen kernel (H200 constants)
+    estimate_us: float = 0.0  # the cost model's estimate for the chosen kernel (the arch's constants)
     log: list = field(default_factory=list)
     fast_accum: bool = False  # fp8 partial sums kept in the MMA's accumulator (use_fast_accum=True)
     swap_ab: bool = False  # the kernel computes D^T with the weight on the MMA's M side (MX decode, FP8 x FP4)
+    sm_count: int = 0  # the SMs the estimate assumed
+    cost_model_measured: bool = True  # False: the arch's constants are published peaks, not fitted (sm100a)
 
     def __str__(self) -> str:
         return "\n".join([f"chosen: {self.config}", *(f"  {line}" for line in self.log)])
@@ -50,7 +54,8 @@ def _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config
     """Everything :func:`explain` is given, checked before it reaches C++: there a zero extent
     is an integer division by zero (SIGFPE, the whole interpreter gone), not an exception."""
     M, N, K = (check_int(n, v, minimum=1, maximum=MAX_EXTENT) for n, v in (("M", M), ("N", N), ("K", K)))
-    sm_count = check_int("sm_count", sm_count, minimum=1, maximum=MAX_EXTENT)  # a C int there
+    if sm_count is not None:
+        sm_count = check_int("sm_count", sm_count, minimum=1, maximum=MAX_EXTENT)  # a C int there
     _check_choice("dtype", dtype, DTYPES)
     if out_dtype is not None:
         _check_choice("out_dtype", out_dtype, OUT_DTYPES)
@@ -82,7 +87,7 @@ def _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config
 
 
 def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[str] = None,
-            layout: str = "rc", scale: str = "none", arch: str = "sm90a", sm_count: int = 132,
+            layout: str = "rc", scale: str = "none", arch: str = "sm90a", sm_count: Optional[int] = None,
             config: Optional[str] = None, use_fast_accum: bool = False) -> Decision:
     """The kernel ``mm``/``scaled_mm`` would pick for an (M, N, K) problem.
 
@@ -92,7 +97,9 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     ``r`` row-major, ``c`` column-major (``"rc"``: both K-major, the fast path). ``scale``:
     ``"none"`` for mm; ``"tensor"`` or ``"row"`` for scaled_mm (dtype ``"e4m3"`` needs one of
     them). ``arch``: ``"sm90a"`` or ``"sm100a"`` (its kernel module must be built).
-    ``sm_count``: SMs of the target GPU (132 on an H200). ``config``: a canonical config name
+    ``sm_count``: SMs of the target GPU; None takes the arch's reference part (archs.py: 132 for an
+    H200, 148 for a B200). The sm100a cost model uses published B200 peaks, not measurements
+    (:attr:`Decision.cost_model_measured`). ``config``: a canonical config name
     to force, or None to let the cost model choose.
 
     ``use_fast_accum`` has torch._scaled_mm's meaning and applies to ``"e4m3"`` only: False
@@ -114,7 +121,9 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
                                     use_fast_accum)
     out = out_dtype or ("bf16" if dtype in ("e4m3",) + MX_DTYPES else dtype)
     d = require_extension().explain(arch, M, N, K, dtype, out, a_k_major=layout[0] == "r",
-                                    b_k_major=layout[1] == "c", scale=scale, sm_count=sm_count, config=config,
+                                    b_k_major=layout[1] == "c", scale=scale, sm_count=sm_count or 0, config=config,
                                     fast_accum=use_fast_accum)
     return Decision(d["config"], d["tma_store"], d["copy_a"], d["copy_b"], d["pad_d"], d["pad_m"], d["estimate_us"],
-                    list(d["log"]), bool(d.get("fast_accum", False)), bool(d.get("swap_ab", False)))
+                    list(d["log"]), bool(d.get("fast_accum", False)), bool(d.get("swap_ab", False)),
+                    int(d.get("sm_count", sm_count or ARCH_SPECS[arch].sm_count)),
+                    bool(d.get("cost_model_measured", ARCH_SPECS[arch].cost.measured)))

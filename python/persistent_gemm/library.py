@@ -3,8 +3,8 @@ their C++, registry and torch spellings, and one lowering record per (arch, dtyp
 says how a :class:`~persistent_gemm.catalogue.KernelConfig` of that family becomes C++.
 
 :mod:`persistent_gemm.codegen` reads these to write the kernel translation units and the
-kernel table; tests and benchmarks read them for spellings. A family without a record (the MX
-families on sm100a today) has schedules and a catalogue name but no kernel to generate.
+kernel table; tests and benchmarks read them for spellings. A family without a record has
+schedules and a catalogue name but no kernel to generate.
 """
 
 from __future__ import annotations
@@ -86,6 +86,9 @@ class Lowering:
     epilogue_args: bool = False
     #: MX builders (Sm90MxGemm): the C++ tag of the X operand's element in the mainloop
     operand_x: Optional[str] = None
+    #: which kernel translation-unit template codegen fills: "gemm" (Sm90Gemm / Sm100Gemm),
+    #: "sm90_mx" (Sm90MxGemm), "sm100_mx" (Sm100MxGemm)
+    tu: str = "gemm"
 
 
 def _sixteen_bit_sm90(d: str) -> dict:
@@ -101,8 +104,16 @@ _FP8_TUNED = (Variant(True, True, "bf16", "tensor"), Variant(True, True, "bf16",
 # MX: block scales are applied in the mainloop and D is written by predicated stores (the
 # transposed D of a swap-AB kernel cannot be a TMA store box); fp32 out covers fp16 by one cast.
 _SM90_MX = dict(builder="persistent_gemm::kernel::Sm90MxGemm", header="sm90_mx_gemm_builder", block_scale="e8m0",
+                tu="sm90_mx",
                 primary=(Variant(True, True, "bf16", "block", False), Variant(True, True, "fp32", "block", False)),
                 tuned=(Variant(True, True, "bf16", "block", False),))
+
+# SM100 MX: the tensor core applies the scales (tcgen05 block_scale MMA); D by TMA store, fp32
+# out covers fp16 by one cast.
+_SM100_MX = dict(builder="persistent_gemm::kernel::Sm100MxGemm", header="sm100_mx_gemm_builder", block_scale="e8m0",
+                 tu="sm100_mx",
+                 primary=(Variant(True, True, "bf16", "block"), Variant(True, True, "fp32", "block")),
+                 tuned=(Variant(True, True, "bf16", "block"),))
 
 LOWERINGS: dict[tuple[str, str], Lowering] = {(r.arch, r.family): r for r in (
     Lowering("sm90a", "mxfp8", "e4m3", "e4m3", operand_x="persistent_gemm::collective::MxOperandE4m3", **_SM90_MX),
@@ -117,6 +128,8 @@ LOWERINGS: dict[tuple[str, str], Lowering] = {(r.arch, r.family): r for r in (
              primary=(Variant(True, True, "bf16"),), tuned=(Variant(True, True, "bf16"),)),
     Lowering("sm100a", "fp16", "fp16", "fp16", **_SM100,
              primary=(Variant(True, True, "fp16"),), tuned=(Variant(True, True, "fp16"),)),
+    Lowering("sm100a", "mxfp8", "e4m3", "e4m3", **_SM100_MX),
+    Lowering("sm100a", "e4m3xe2m1", "e4m3", "e2m1", **_SM100_MX),
 )}
 
 

@@ -21,6 +21,14 @@ struct CatalogueRow {
 
 std::vector<CatalogueRow> const& catalogue();
 
+// Every arch persistent_gemm knows (python/persistent_gemm/archs.py), built or not: for messages.
+struct KnownArch {
+  char const* name;        // "sm90a"
+  char const* torch_arch;  // its TORCH_CUDA_ARCH_LIST spelling, "9.0a"
+  int32_t sm_major, sm_minor;
+};
+std::vector<KnownArch> const& known_archs();
+
 // Walks the clock exactly as a worker does: initial id w, then +W per step.
 template <class Scheduler>
 std::vector<int32_t> schedule_order(int m, int n, int l, int workers) {

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
 #include "persistent_gemm/registry.h"
 
 namespace persistent_gemm::host {
@@ -27,14 +28,12 @@ __global__ void scale_to_blocked_kernel(RelayoutBatch batch) {
   while (j + 1 < batch.count && w >= batch.first_word[j + 1]) ++j;
   ScaleRelayout const& s = batch.job[j];
   int64_t const local = w - batch.first_word[j];
-  // word index inside the blocked tensor: atom * 128 + (r % 32) * 4 + (r % 128) / 32
-  int64_t const atom = local / 128, in_atom = local % 128;
-  int64_t const atoms_k = (s.blocks + 3) / 4;
-  int64_t const band = atom / atoms_k, t = atom % atoms_k;
-  int64_t const row = band * 128 + (in_atom / 4) + (in_atom % 4) * 32;
+  // The word's row and first block (sm100_map::sf_word_origin, the inverse of sf_byte).
+  int64_t row, block0;
+  kernel::sm100_map::sf_word_origin(local, s.blocks, row, block0);
   uint32_t word = 0;
   for (int c = 0; c < 4; ++c) {
-    int64_t const blk = t * 4 + c;
+    int64_t const blk = block0 + c;
     uint32_t const code = (row < s.rows && blk < s.blocks) ? s.src[row * s.ld + blk] : 0x7Fu;
     word |= code << (8 * c);
   }
@@ -42,7 +41,7 @@ __global__ void scale_to_blocked_kernel(RelayoutBatch batch) {
 }
 
 inline int64_t blocked_words(ScaleRelayout const& s) {
-  return (s.rows + 127) / 128 * ((s.blocks + 3) / 4) * 128;
+  return (s.rows + 127) / 128 * kernel::sm100_map::atoms_k(s.blocks) * 128;
 }
 
 inline cudaError_t scale_to_blocked(ScaleRelayout const* jobs, int count, cudaStream_t stream) {

@@ -17,7 +17,6 @@
 // alignment, CUTLASS divisibility), else the launch's error.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -29,8 +28,8 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/layout/matrix.h"
 
-#include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm100_gemm_persistent.hpp"
+#include "persistent_gemm/kernel/sm100_launch.hpp"
 #include "persistent_gemm/registry.h"
 
 namespace persistent_gemm::kernel {
@@ -135,37 +134,10 @@ struct Sm100Gemm {
 
   static void const* entry() { return reinterpret_cast<void const*>(&cutlass::device_kernel<Kernel>); }
 
-  // Clusters of this kernel the device can hold at once (0 if the query fails). Not used by
-  // run(), which keeps the project-wide rule W = sm_count / cluster size; GPC shape can make
-  // the true figure smaller for clusters > 1, and a caller may pass it as max_workers.
-  static int max_active_clusters(int device) {
-    if (opt_in_smem<Kernel>(entry(), device) != cudaSuccess) return 0;
-    cudaLaunchAttribute attr[1] = {cluster_attribute(dim3(Kernel::ClusterM, Kernel::ClusterN, 1))};
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(Kernel::ClusterM, Kernel::ClusterN, 1);
-    cfg.blockDim = Kernel::get_block_shape();
-    cfg.dynamicSmemBytes = size_t(Kernel::SharedStorageSize);
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, cutlass::device_kernel<Kernel>, &cfg) != cudaSuccess) {
-      (void)cudaGetLastError();  // not a sticky error; clear it
-      return 0;
-    }
-    return clusters;
-  }
-
   // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
   static cudaError_t run(GemmArgs const& a, cudaStream_t stream) noexcept {
     if (!can_implement(a)) return cudaErrorInvalidValue;
-    typename Kernel::Arguments args = make_arguments(a);
-    if (args.sm_count <= 0) {
-      int device = 0;
-      cudaError_t err = cudaGetDevice(&device);
-      if (err == cudaSuccess) err = cudaDeviceGetAttribute(&args.sm_count, cudaDevAttrMultiProcessorCount, device);
-      if (err != cudaSuccess) return err;
-    }
-    return launch_on_clusters<Kernel>(entry(), Kernel::to_underlying_arguments(args), stream);
+    return launch_sm100_persistent<Kernel>(entry(), make_arguments(a), stream);
   }
 };
 

@@ -64,6 +64,7 @@
 #include "cute/atom/mma_atom.hpp"
 #include "cute/tensor.hpp"
 
+#include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
 #include "persistent_gemm/scheduler/tile_scheduler.hpp"
 
 namespace persistent_gemm::kernel {
@@ -249,9 +250,11 @@ class Sm100GemmPersistent {
     auto cluster_shape = ClusterShape{};
     uint32_t const cta_rank_in_cluster = cute::block_rank_in_cluster();
     dim3 const block_id_in_cluster = cute::block_id_in_cluster();
-    // In a 2-SM pair, the even-rank CTA (rank_m % 2 == 0) issues the MMAs.
-    bool const is_mma_leader_cta = (cta_rank_in_cluster % kCtasPerMma) == 0;
-    [[maybe_unused]] uint32_t const mma_peer_cta_rank = cta_rank_in_cluster ^ (kCtasPerMma - 1);
+    // In a 2-SM pair, the even-rank CTA (rank_m % 2 == 0) issues the MMAs (sm100_tile_mapping.hpp;
+    // the role does not depend on the tile, so m_idx 0 stands in here).
+    auto const role = sm100_map::cta_role(cta_rank_in_cluster, 0, kCtasPerMma, CtaM);
+    bool const is_mma_leader_cta = role.leader;
+    [[maybe_unused]] uint32_t const mma_peer_cta_rank = role.peer_rank;
 
     auto const problem_shape_MNKL = params.problem_shape;
     int const K = get<2>(problem_shape_MNKL);

@@ -1,0 +1,25 @@
+// The ops' reference implementations (ops.cpp): dequantize exactly, accumulate in fp32, round
+// once. Plain ATen on whatever device the tensors are on; the CPU kernels of the ops.
+#pragma once
+
+#include <optional>
+
+#include <ATen/ATen.h>
+
+namespace persistent_gemm {
+
+at::Tensor mm_cpu(at::Tensor const& a, at::Tensor const& b, std::optional<at::ScalarType> out_dtype,
+                  std::optional<c10::string_view> config);
+at::Tensor scaled_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                         at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
+                         std::optional<c10::string_view> config);
+at::Tensor mxfp8_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
+                        at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+                        c10::string_view scale_layout, std::optional<c10::string_view> config,
+                        std::optional<c10::string_view> b_scale_layout);
+at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
+                          at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+                          c10::string_view scale_layout, std::optional<c10::string_view> config,
+                          std::optional<c10::string_view> b_scale_layout);
+
+}  // namespace persistent_gemm

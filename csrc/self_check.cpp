@@ -1,0 +1,219 @@
+// First-use self-check of kernels the project could not run on their hardware (self_check.h).
+#include "self_check.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+
+#include "checks.h"
+#include "device_info.h"
+#include "reference.h"
+#include "text.h"
+
+namespace persistent_gemm::self_check {
+namespace {
+
+enum class Mode { Auto, All, Off };
+
+Mode mode() {
+  static Mode const m = [] {
+    char const* v = std::getenv("PGEMM_SELF_CHECK");
+    std::string const s = v ? v : "auto";
+    if (s == "all") return Mode::All;
+    if (s == "off" || s == "0") return Mode::Off;
+    TORCH_CHECK_VALUE(s == "auto" || s.empty(),
+                      msg("PGEMM_SELF_CHECK must be auto, all or off, got '", s, "'"));
+    return Mode::Auto;
+  }();
+  return m;
+}
+
+bool env_is(char const* name, char const* value) {
+  char const* v = std::getenv(name);
+  return v && std::strcmp(v, value) == 0;
+}
+
+thread_local bool t_running = false;
+
+enum class State { Passed, Failed };
+struct Record {
+  State state;
+  std::string report;  // the failure message, repeated on later calls
+};
+std::mutex& table_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_map<KernelEntry const*, Record>& records() {
+  static std::unordered_map<KernelEntry const*, Record> r;
+  return r;
+}
+
+at::ScalarType torch_dtype(DType d) {
+  switch (d) {
+    case DType::BF16: return at::kBFloat16;
+    case DType::FP16: return at::kHalf;
+    case DType::FP32: return at::kFloat;
+    default: return at::kBFloat16;
+  }
+}
+
+// The problem: two cluster-spans of tiles plus a ragged tail in M and N, three K-tiles plus a
+// partial one (FP4: a K that the SM100 path must pad, 448 = 3.5 x 128).
+struct Shape {
+  int64_t m, n, k;
+};
+Shape shape_for(KernelEntry const& e) {
+  auto const& g = e.geometry;
+  int64_t const span = std::max<int64_t>(g.tile_m * g.cluster_m, g.tile_n * g.cluster_n);
+  int64_t k = 3 * g.tile_k;
+  if (e.scale_mode == ScaleMode::Block32) k = e.b_dtype == DType::E2M1 ? 448 : 432;
+  else k += e.a_dtype == DType::E4M3 ? 48 : 40;
+  return {2 * span + 37, 2 * span + 24, k};
+}
+
+struct Outcome {
+  double err = 0, bound = 0;
+  int64_t non_finite = 0;
+  bool ok() const { return non_finite == 0 && err <= bound; }
+};
+
+// Runs `e`'s op with `e` forced on fresh inputs (from a private generator: the caller's random
+// stream is not touched) and compares with the reference on the same inputs.
+Outcome run_check(KernelEntry const& e, int device) {
+  auto gen = at::detail::createCPUGenerator(0x5eed);
+  Shape const s = shape_for(e);
+  auto const cpu = at::TensorOptions().device(at::kCPU);
+  auto const dev = at::TensorOptions().device(at::kCUDA, device);
+  at::ScalarType const out = torch_dtype(e.d_dtype);
+  std::optional<c10::string_view> const config = c10::string_view(e.config);
+  auto randn = [&](int64_t r, int64_t c) { return at::randn({r, c}, gen, cpu.dtype(at::kFloat)); };
+  // e8m0 codes 2^-6 .. 2^6 per (row, block), plain layout.
+  auto codes = [&](int64_t rows, int64_t k) {
+    return at::randint(121, 134, {rows, mx_blocks(k)}, gen, cpu.dtype(at::kByte)).view(at::kFloat8_e8m0fnu);
+  };
+  at::Tensor got, ref;
+  if (e.scale_mode == ScaleMode::None) {
+    at::ScalarType const in = torch_dtype(e.a_dtype);
+    auto a = randn(s.m, s.k).to(in), b = randn(s.k, s.n).to(in);
+    if (!e.a_k_major) a = a.t().contiguous().t();
+    if (!e.b_k_major) b = b.contiguous();
+    else b = b.t().contiguous().t();
+    got = mm_cuda(a.to(dev.device()), b.to(dev.device()), out, config);
+    ref = mm_cpu(a, b, out, std::nullopt);
+  } else if (e.scale_mode == ScaleMode::Tensorwise || e.scale_mode == ScaleMode::Rowwise) {
+    auto a = randn(s.m, s.k).to(at::kFloat8_e4m3fn);
+    auto b = randn(s.n, s.k).to(at::kFloat8_e4m3fn).t();  // (K, N) column-major
+    bool const row = e.scale_mode == ScaleMode::Rowwise;
+    auto sa = (at::rand({row ? s.m : 1, 1}, gen, cpu.dtype(at::kFloat)) + 0.5);
+    auto sb = (at::rand({1, row ? s.n : 1}, gen, cpu.dtype(at::kFloat)) + 0.5);
+    if (!row) sa = sa.reshape({}), sb = sb.reshape({});
+    got = scaled_mm_cuda(a.to(dev.device()), b.to(dev.device()), sa.to(dev.device()), sb.to(dev.device()), out,
+                         e.fast_accum, config);
+    ref = scaled_mm_cpu(a, b, sa, sb, out, e.fast_accum, std::nullopt);
+  } else {
+    auto a = randn(s.m, s.k).mul(4).to(at::kFloat8_e4m3fn);
+    auto as = codes(s.m, s.k), bs = codes(s.n, s.k);
+    at::Tensor b;  // (K, N) view of the (N, K) weight
+    if (e.b_dtype == DType::E2M1) {
+      b = at::randint(0, 256, {s.n, s.k / 2}, gen, cpu.dtype(at::kByte)).view(at::kFloat4_e2m1fn_x2).t();
+    } else {
+      b = randn(s.n, s.k).mul(4).to(at::kFloat8_e4m3fn).t();
+    }
+    auto const run = e.b_dtype == DType::E2M1 ? &fp8_fp4_mm_cuda : &mxfp8_mm_cuda;
+    auto const reference = e.b_dtype == DType::E2M1 ? &fp8_fp4_mm_cpu : &mxfp8_mm_cpu;
+    got = run(a.to(dev.device()), as.to(dev.device()), b.to(dev.device()), bs.to(dev.device()), out, "plain", config,
+              std::nullopt);
+    ref = reference(a, as, b, bs, out, "plain", std::nullopt, std::nullopt);
+  }
+  got = got.to(at::kCPU).to(at::kDouble);
+  if (env_is("PGEMM_SELF_CHECK_INJECT_FAULT", "1")) got.index_put_({s.m - 1, s.n - 1}, got.index({s.m - 1, s.n - 1}) + 1e3);
+  ref = ref.to(at::kDouble);
+  Outcome o;
+  o.non_finite = (~at::isfinite(got)).sum().item<int64_t>();
+  double const scale = std::max(ref.abs().max().item<double>(), 1e-30);
+  o.err = at::nan_to_num((got - ref).abs(), 0.0, 0.0, 0.0).max().item<double>() / scale;
+  // bf16 rounding of the output (2^-8 of the largest value) and fp32 accumulation-order
+  // differences sit far below this; a wrong layout, missing tile or scale lands near 1.
+  o.bound = 2e-2;
+  return o;
+}
+
+}  // namespace
+
+bool running() { return t_running; }
+
+std::vector<Result> results() {
+  std::lock_guard<std::mutex> lock(table_mutex());
+  std::vector<Result> out;
+  for (auto const& [entry, r] : records()) out.push_back({entry->config, r.state == State::Passed, r.report});
+  return out;
+}
+
+bool guarded(ArchModule const& mod) {
+  switch (mode()) {
+    case Mode::Off: return false;
+    case Mode::All: return true;
+    case Mode::Auto: return !mod.table->validated_on_hardware;
+  }
+  return false;
+}
+
+bool use_fallback(ArchModule const& mod) {
+  static bool const torch_fallback = [] {
+    char const* v = std::getenv("PGEMM_FALLBACK");
+    std::string const s = v ? v : "";
+    TORCH_CHECK_VALUE(s.empty() || s == "torch" || s == "off",
+                      msg("PGEMM_FALLBACK must be torch or off (unset), got '", s, "'"));
+    return s == "torch";
+  }();
+  return torch_fallback && guarded(mod);
+}
+
+void ensure(char const* op, ArchModule const& mod, KernelEntry const& e, int device) {
+  if (t_running || !guarded(mod)) return;
+  if (!mod.table->validated_on_hardware) {
+    TORCH_WARN_ONCE("persistent_gemm: the ", mod.table->arch, " kernels are compiled and SASS-checked but have "
+                    "not been run on hardware by this project; each one checks itself against the reference "
+                    "implementation on its first use in this process (PGEMM_SELF_CHECK=off skips that, "
+                    "PGEMM_FALLBACK=torch runs the reference implementations instead)");
+  }
+  std::lock_guard<std::mutex> lock(table_mutex());
+  auto it = records().find(&e);
+  if (it == records().end()) {
+    t_running = true;
+    Outcome o;
+    std::string error;
+    try {
+      o = run_check(e, device);
+    } catch (c10::Error const& ex) {
+      error = ex.what_without_backtrace();
+    }
+    t_running = false;
+    Record r{State::Passed, {}};
+    if (!error.empty() || !o.ok()) {
+      auto const& prop = device_info(device);
+      Shape const s = shape_for(e);
+      std::string const what =
+          !error.empty() ? msg("it raised: ", error)
+                         : msg("its result disagrees with the reference (max error ", o.err, " of the largest value, "
+                               "bound ", o.bound, "; ", o.non_finite, " non-finite elements)");
+      r = {State::Failed,
+           msg(op, ": the self-check of kernel ", e.config, " failed on this GPU (", prop.name, ", sm_", prop.major,
+               prop.minor, ") for M = ", s.m, ", N = ", s.n, ", K = ", s.k, ": ", what, ". The ", mod.table->arch,
+               " kernels have not been validated on hardware by this project. Set PGEMM_FALLBACK=torch to run "
+               "persistent_gemm's ops with their reference implementations (dequantize, then an fp32 torch.mm) "
+               "on this GPU, or pass config= to force another kernel; please report this failure.")};
+    }
+    it = records().emplace(&e, std::move(r)).first;
+  }
+  TORCH_CHECK(it->second.state == State::Passed, it->second.report);
+}
+
+}  // namespace persistent_gemm::self_check

@@ -1,0 +1,45 @@
+// Never silently wrong on hardware the project could not test.
+//
+// An arch module whose table says validated_on_hardware = false (sm100a: compiled and
+// SASS-checked here, never run by this project) is guarded at run time:
+//   - the first use of each of its kernels in a process runs that kernel once on a small
+//     problem with tails in M, N and K against the op's reference implementation (the CPU
+//     definition in ops.cpp); a disagreement raises, naming the kernel and the way out, and the
+//     kernel stays refused for the rest of the process;
+//   - a one-time warning says the family has not been validated on hardware by the project.
+//
+// Environment:
+//   PGEMM_SELF_CHECK = auto (default: the unvalidated archs) | all (every arch: how the H200
+//                      tests exercise this code) | off
+//   PGEMM_FALLBACK   = torch: on a guarded arch, run the ops' reference implementations
+//                      (plain ATen, dequantize + fp32 torch.mm) instead of our kernels
+//   PGEMM_SELF_CHECK_INJECT_FAULT = 1: tests only, corrupt one output element of every
+//                      self-check run so the failure path can be exercised on a sound kernel
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dispatch.h"
+
+namespace persistent_gemm::self_check {
+
+// The arch's kernels are guarded (PGEMM_SELF_CHECK and the table's validated_on_hardware).
+bool guarded(ArchModule const& mod);
+// PGEMM_FALLBACK=torch and the arch is guarded: the op should run its reference instead.
+bool use_fallback(ArchModule const& mod);
+// Before launching `e` for `op`: checks it on its first use (when guarded); throws if it failed,
+// now or earlier in this process.
+void ensure(char const* op, ArchModule const& mod, KernelEntry const& e, int device);
+// What has been checked in this process, in no particular order.
+struct Result {
+  std::string config;
+  bool passed;
+  std::string report;  // the failure message; empty when passed
+};
+std::vector<Result> results();
+// True on the thread while it runs a self-check (its op calls must not recurse into it, and
+// poison their outputs).
+bool running();
+
+}  // namespace persistent_gemm::self_check

@@ -1,0 +1,174 @@
+// Sm100MxGemm: the SM100 MX (block-scaled) GEMMs, mxfp8_mm and fp8_fp4_mm on tcgen05.
+//
+//   D(M,N) = (A . 2^SFA)(M,K) @ (B . 2^SFB)(K,N), fp32 accumulate in TMEM, D row-major.
+//
+//   ElementB       cutlass::float_e4m3_t (mxfp8) or cutlass::float_e2m1_t (FP8 x FP4); A is e4m3
+//   MmaTileShape   the MMA tile (MmaM, N, 128): Umma1Sm MmaM = 128, Umma2Sm MmaM = 256
+//   ClusterShape   cute::Shape<_cm, _cn, _1>, equal to the schedule tag's cluster
+//   ScheduleTag    persistent_gemm::scheduler::PersistentSchedule<...>
+//   Style          Umma1Sm or Umma2Sm
+//   Stages         smem pipeline depth; 0 = as many as fit after the epilogue's smem
+//
+// The instruction is tcgen05.mma.kind::mxf8f6f4.block_scale (e4m3 x e4m3 or e4m3 x e2m1, one
+// ue8m0 per 32 K-elements on each side; UTCQMMA in SASS). Composition, as Sm100Gemm does:
+// CUTLASS's block-scaled mainloop collective (MainloopSm100TmaUmmaWarpSpecializedBlockScaled:
+// TMA of A, B, SFA, SFB into one smem stage; UTCCP copies SFA/SFB smem -> TMEM before each
+// MMA) inside our Sm100GemmPersistent (persistent loop, role split, our scheduler).
+//
+// Both operands are K-major (GemmArgs' a = the activations (M, K) row-major, b = the weight as
+// (K, N) column-major, i.e. the (N, K) row-major weight). scale_a / scale_b are the blocked
+// layout (scale_layout.py, 128 x 4 e8m0 atoms of 512 B, padded rows and blocks): the layout
+// CUTLASS's Sm1xxBlockScaledConfig describes, which the dispatcher produces with the same
+// arch-neutral relayout kernel as on SM90 (host/scale_to_blocked.cuh).
+//
+// Rules (mirrored in catalogue.py's _sm100_mx_rejection, and in can_implement below):
+//   - tile_k = 128: the FP4 operand is loaded by TMA into 8-bit smem containers
+//     (16U4_ALIGN16B), whose K extent must be 128 elements; one SF atom column per K tile.
+//   - tile_n = 128 per CTA: N = 256 makes CUTLASS's builder give one accumulator stage (2 x 256
+//     fp32 columns would leave no TMEM for the scale factors), i.e. overlapping accumulators,
+//     which our kernel does not implement; 64 and 192 need SFB column shifts per tile parity.
+//   - e2m1 weights: K % 128 == 0 (a TMA 16U4_ALIGN16B row is 64 B); e4m3: K % 16 == 0.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_runtime_api.h>
+
+#include "cutlass/cutlass.h"
+#include "cutlass/detail/sm100_blockscaled_layout.hpp"
+#include "cutlass/device_kernel.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/layout/matrix.h"
+#include "cutlass/numeric_types.h"
+
+#include "persistent_gemm/kernel/sm100_gemm_persistent.hpp"
+#include "persistent_gemm/kernel/sm100_launch.hpp"
+#include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
+#include "persistent_gemm/registry.h"
+
+namespace persistent_gemm::kernel {
+
+template <class ElementB_, class ElementD_, class MmaTileShape, class ClusterShape, class ScheduleTag, class Style,
+          int Stages>
+struct Sm100MxGemm {
+  using ElementA = cutlass::float_e4m3_t;
+  using ElementB = ElementB_;
+  using ElementD = ElementD_;
+  static constexpr bool kE2m1 = std::is_same_v<ElementB, cutlass::float_e2m1_t>;
+  static_assert(kE2m1 || std::is_same_v<ElementB, cutlass::float_e4m3_t>, "ElementB: float_e4m3_t or float_e2m1_t");
+  static_assert(Stages == 0 || Stages >= 2, "Stages: 0 (auto) or >= 2");
+
+  static constexpr bool k2Sm = std::is_same_v<Style, Umma2Sm>;
+  static_assert(k2Sm || std::is_same_v<Style, Umma1Sm>, "Style must be Umma1Sm or Umma2Sm");
+  static constexpr int kMmaM = cute::size<0>(MmaTileShape{});
+  static constexpr int kMmaN = cute::size<1>(MmaTileShape{});
+  static_assert(cute::size<2>(MmaTileShape{}) == sm100_mx::kTileK,
+                "SM100 MX kernels need tile_k = 128 (FP4 smem containers, one scale-atom column per K tile)");
+  static_assert(kMmaM == (k2Sm ? 256 : 128), "SM100 MX: MMA tile_m is 128 (1sm) or 256 (2sm)");
+  static_assert(kMmaN == sm100_mx::kTileN,
+                "SM100 MX: tile_n must be 128 (256 forces overlapping TMEM accumulators, 64/192 per-tile SFB shifts)");
+
+  // The element pairs CUTLASS's block-scaled builder keys on: data type + ue8m0 per 32 K.
+  using ElementPairA = cutlass::mx_float8_t<ElementA>;
+  using ElementPairB = std::conditional_t<kE2m1, cutlass::mx_float4_t<ElementB>, cutlass::mx_float8_t<ElementB>>;
+  using ElementSF = cutlass::float_ue8m0_t;
+  using ElementAccumulator = float;
+  using LayoutA = cutlass::layout::RowMajor;     // (M, K), K contiguous
+  using LayoutB = cutlass::layout::ColumnMajor;  // (K, N), K contiguous
+  using LayoutD = cutlass::layout::RowMajor;
+  static constexpr int kAlignA = 16;                    // e4m3 elements: 16 B TMA rows
+  static constexpr int kAlignB = kE2m1 ? sm100_mx::kFp4KAlign : 16;  // e2m1: 16U4_ALIGN16B rows
+  static constexpr int kAlignD = 16 / sizeof(ElementD);
+
+  using MainloopSchedule = std::conditional_t<k2Sm, cutlass::gemm::KernelTmaWarpSpecialized2SmMxf8f6f4Sm100,
+                                              cutlass::gemm::KernelTmaWarpSpecialized1SmMxf8f6f4Sm100>;
+  using EpilogueSchedule = std::conditional_t<k2Sm, cutlass::epilogue::TmaWarpSpecialized2Sm,
+                                              cutlass::epilogue::TmaWarpSpecialized1Sm>;
+
+  // No source C: D = 1 * acc (the scales are already applied by the MMA).
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm100, cutlass::arch::OpClassBlockScaledTensorOp, MmaTileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator,
+      void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD, EpilogueSchedule>::CollectiveOp;
+
+  using StageCountType = std::conditional_t<
+      Stages == 0,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm100, cutlass::arch::OpClassBlockScaledTensorOp, ElementPairA, LayoutA, kAlignA,
+      ElementPairB, LayoutB, kAlignB, ElementAccumulator, MmaTileShape, ClusterShape, StageCountType,
+      MainloopSchedule>::CollectiveOp;
+  static_assert(!CollectiveMainloop::DispatchPolicy::IsOverlappingAccum,
+                "SM100 MX: this tile leaves TMEM for one accumulator stage only (overlapping accumulators)");
+
+  using Kernel = Sm100GemmPersistent<CollectiveMainloop, CollectiveEpilogue, ScheduleTag, Style>;
+  using TileScheduler = typename Kernel::TileScheduler;
+
+  using StrideA = typename CollectiveMainloop::StrideA;
+  using StrideB = typename CollectiveMainloop::StrideB;
+  using StrideD = typename CollectiveEpilogue::StrideD;
+  using StrideC = typename CollectiveEpilogue::StrideC;
+  using BlkScaledConfig = typename CollectiveMainloop::Sm1xxBlkScaledConfig;
+
+  template <class Stride>
+  static Stride row_stride(int64_t ld, int64_t rows) {
+    static_assert(cute::is_static_v<std::remove_cv_t<std::remove_reference_t<decltype(cute::get<1>(Stride{}))>>>,
+                  "K-major (N-contiguous) strides expected");
+    Stride s{};
+    cute::get<0>(s) = ld;
+    cute::get<2>(s) = ld * rows;
+    return s;
+  }
+
+  static typename Kernel::Arguments make_arguments(GemmArgs const& g) {
+    typename Kernel::Arguments args;
+    auto const problem = cute::make_shape(int(g.m), int(g.n), int(g.k), 1);
+    args.problem_shape = problem;
+    // Every operand has K (D: N) contiguous: the strides are (row stride, 1, batch stride).
+    args.mainloop.ptr_A = static_cast<ElementA const*>(g.a);
+    args.mainloop.dA = row_stride<StrideA>(g.lda, g.m);
+    args.mainloop.ptr_B = static_cast<ElementB const*>(g.b);
+    // GemmArgs' ldb counts bytes of the packed storage; CUTLASS counts elements.
+    args.mainloop.dB = row_stride<StrideB>(kE2m1 ? 2 * g.ldb : g.ldb, g.n);
+    args.mainloop.ptr_SFA = static_cast<ElementSF const*>(g.scale_a);
+    args.mainloop.layout_SFA = BlkScaledConfig::tile_atom_to_shape_SFA(problem);
+    args.mainloop.ptr_SFB = static_cast<ElementSF const*>(g.scale_b);
+    args.mainloop.layout_SFB = BlkScaledConfig::tile_atom_to_shape_SFB(problem);
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = row_stride<StrideC>(g.ldd, g.m);
+    args.epilogue.ptr_D = static_cast<ElementD*>(g.d);
+    args.epilogue.dD = row_stride<StrideD>(g.ldd, g.m);
+    args.sm_count = g.sm_count;
+    args.max_workers = g.max_workers;
+    return args;
+  }
+
+  // The same rule set as sm100_mx::implementable (host-testable, sm100_tile_mapping.hpp), then
+  // CUTLASS's own checks.
+  static bool can_implement(GemmArgs const& g) {
+    if (g.scale_mode != ScaleMode::Block32 || !g.a_k_major || !g.b_k_major) return false;
+    if (!g.a || !g.b || !g.d || !g.scale_a || !g.scale_b) return false;
+    if (!aligned16(g.a) || !aligned16(g.b) || !aligned16(g.d) || !aligned16(g.scale_a) || !aligned16(g.scale_b))
+      return false;
+    if (sm100_mx::rejection(g.m, g.n, g.k, g.lda, g.ldb, g.ldd, kE2m1, int(sizeof(ElementD)), g.d_pad_writable) !=
+        sm100_mx::Reject::None)
+      return false;
+    return Kernel::can_implement(make_arguments(g));
+  }
+
+  static void const* entry() { return reinterpret_cast<void const*>(&cutlass::device_kernel<Kernel>); }
+
+  // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
+  static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
+    if (!can_implement(g)) return cudaErrorInvalidValue;
+    return launch_sm100_persistent<Kernel>(entry(), make_arguments(g), stream);
+  }
+};
+
+}  // namespace persistent_gemm::kernel

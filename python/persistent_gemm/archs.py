@@ -1,0 +1,106 @@
+"""The one description of each GPU architecture persistent_gemm builds for.
+
+Everything that used to spell an arch itself reads :data:`ARCHS`: ``setup.py`` (the
+``TORCH_CUDA_ARCH_LIST`` spelling, the nvcc ``-gencode`` and the minimum nvcc), the catalogue
+(names, kernel styles), the code generator (compute capability, cost-model constants and the
+hardware-validation flag written into each arch module's kernel table), the package's module
+loader, the demo, ``explain``/the CLI and the tests.
+
+Importable without torch (``setup.py`` loads it before torch's build machinery).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+__all__ = ["CostModel", "ArchSpec", "ARCHS", "ARCH_NAMES", "arch", "by_capability", "by_torch_arch"]
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Constants of the dispatcher's cost model (``csrc/heuristics.cpp``), per arch.
+
+    ``measured`` says whether they were fitted on that hardware by this project; ``source``
+    says where they come from."""
+
+    clock_ghz: float               # sustained SM clock under GEMM load
+    flops_per_clk_16bit: float     # dense bf16/fp16 MMA flops per SM per clock (fp8: 2x)
+    mma_eff_max: float             # power/clock derating of the ideal MMA rate
+    stage_overhead_clk: float      # per K-tile: barrier waits, issue, release
+    sm_load_bytes_per_us: float    # one SM's sustained TMA inflow
+    dram_bytes_per_us: float       # device memory, read + write, as GEMMs stream it
+    l2_bytes_per_us: float         # L2 -> SMs, all SMs together
+    launch_us: float               # grid start-up and the first tile's prologue
+    #: MX block scales cost ALU work per 32-K block (SM90: FMUL + FFMA per accumulator element in
+    #: the mainloop); False where the tensor core applies them (SM100 block_scale MMAs).
+    mx_scales_in_alu: bool
+    measured: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    name: str                       # arch module suffix and catalogue-name prefix: _C_<name>
+    sm: tuple[int, int]             # compute capability
+    torch_arch: str                 # its TORCH_CUDA_ARCH_LIST spelling
+    gencode: str                    # nvcc target
+    min_nvcc: tuple[int, int]       # first CUDA toolkit with this target
+    styles: tuple[str, ...]         # kernel styles (catalogue.KernelConfig.kernel)
+    default_style: str
+    builder_header: str             # include/persistent_gemm/kernel/<header>.hpp (16-bit mm)
+    sm_count: int                   # multiprocessors of the reference part (explain's default)
+    part: str                       # the reference part the constants describe
+    cost: CostModel
+    #: False: this project has compiled the kernels but never run them on such a GPU. The
+    #: dispatcher then self-checks each kernel on its first use in a process (csrc/self_check.cpp).
+    validated_on_hardware: bool
+
+    @property
+    def family(self) -> str:
+        return f"sm{self.sm[0]}{self.sm[1]}"
+
+
+_H200 = CostModel(
+    clock_ghz=1.755, flops_per_clk_16bit=4096, mma_eff_max=0.89, stage_overhead_clk=100,
+    sm_load_bytes_per_us=80e3, dram_bytes_per_us=3.26e6, l2_bytes_per_us=7.6e6, launch_us=4.0,
+    mx_scales_in_alu=True, measured=True,
+    source="fitted on an H200 (benchmarks/results/h200_sweep.csv)")
+
+# Published B200 figures (not measured by this project): 148 SMs, 2.25 PFLOP/s dense bf16
+# (8192 flops/SM/clk at ~1.85 GHz), 8 TB/s HBM3e. GEMM-visible fractions (DRAM, L2, per-SM TMA
+# inflow, MMA derating) are the H200's, scaled by the peak ratios: a guess until measured.
+_B200 = CostModel(
+    clock_ghz=1.85, flops_per_clk_16bit=8192, mma_eff_max=0.89, stage_overhead_clk=100,
+    sm_load_bytes_per_us=120e3, dram_bytes_per_us=6.2e6, l2_bytes_per_us=12e6, launch_us=4.0,
+    mx_scales_in_alu=False, measured=False,
+    source="published B200 peaks (148 SMs, 2.25 PFLOP/s bf16, 8 TB/s), unmeasured")
+
+ARCHS: dict[str, ArchSpec] = {a.name: a for a in (
+    ArchSpec(name="sm90a", sm=(9, 0), torch_arch="9.0a", gencode="-gencode=arch=compute_90a,code=sm_90a",
+             min_nvcc=(12, 0), styles=("cooperative", "pingpong"), default_style="cooperative",
+             builder_header="sm90_gemm_builder", sm_count=132, part="H200", cost=_H200,
+             validated_on_hardware=True),
+    ArchSpec(name="sm100a", sm=(10, 0), torch_arch="10.0a", gencode="-gencode=arch=compute_100a,code=sm_100a",
+             min_nvcc=(12, 8), styles=("1sm", "2sm"), default_style="1sm",
+             builder_header="sm100_gemm_builder", sm_count=148, part="B200", cost=_B200,
+             validated_on_hardware=False),
+)}
+
+ARCH_NAMES: tuple[str, ...] = tuple(ARCHS)
+
+
+def arch(name: str) -> ArchSpec:
+    try:
+        return ARCHS[name]
+    except KeyError:
+        raise ValueError(f"arch must be one of {ARCH_NAMES}, got {name!r}") from None
+
+
+def by_capability(major: int, minor: int) -> Optional[ArchSpec]:
+    """The arch whose kernels run on a device of compute capability (major, minor), if any."""
+    return next((a for a in ARCHS.values() if a.sm == (major, minor)), None)
+
+
+def by_torch_arch(spelling: str) -> Optional[ArchSpec]:
+    return next((a for a in ARCHS.values() if a.torch_arch == spelling), None)

@@ -1,0 +1,77 @@
+"""One description per arch (persistent_gemm/archs.py), read by everything that spells one."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+import persistent_gemm as pg
+from persistent_gemm import archs, catalogue, codegen, explain
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_table_is_the_one_spelling():
+    assert tuple(archs.ARCHS) == catalogue.ARCHS == explain.ARCHS == pg.ARCH_MODULES
+    for a in archs.ARCHS.values():
+        assert catalogue.KERNEL_STYLES[a.name] == a.styles and a.default_style in a.styles
+        assert a.gencode == f"-gencode=arch=compute_{a.sm[0]}{a.sm[1]}a,code=sm_{a.sm[0]}{a.sm[1]}a"
+        assert a.torch_arch == f"{a.sm[0]}.{a.sm[1]}a"
+        assert (ROOT / "include" / "persistent_gemm" / "kernel" / f"{a.builder_header}.hpp").is_file()
+        assert archs.by_capability(*a.sm) is a and archs.by_torch_arch(a.torch_arch) is a
+    assert archs.by_capability(8, 0) is None
+    with pytest.raises(ValueError, match="arch must be one of"):
+        archs.arch("sm80")
+
+
+def test_no_other_file_spells_the_arch_list():
+    """The places that used to spell the archs themselves now read the table."""
+    for rel in ("setup.py", "python/persistent_gemm/__init__.py", "python/persistent_gemm/demo.py",
+                "python/persistent_gemm/explain.py", "python/persistent_gemm/codegen.py", "csrc/dispatch.cpp"):
+        text = (ROOT / rel).read_text()
+        assert not re.search(r"compute_\d+a|\"9\.0a\"|\"10\.0a\"|\(9, 0\): \"sm90a\"|9\.0a or 10\.0a", text), rel
+
+
+def test_sm100_cost_model_is_marked_unmeasured():
+    b200, h200 = archs.ARCHS["sm100a"].cost, archs.ARCHS["sm90a"].cost
+    assert h200.measured and not b200.measured and "unmeasured" in b200.source
+    assert not b200.mx_scales_in_alu and h200.mx_scales_in_alu
+    assert not archs.ARCHS["sm100a"].validated_on_hardware and archs.ARCHS["sm90a"].validated_on_hardware
+
+
+def test_codegen_writes_the_table_into_each_kernel_module(tmp_path):
+    codegen.generate(tmp_path, list(archs.ARCHS), pattern="")
+    for a in archs.ARCHS.values():
+        kt = (tmp_path / a.name / "kernel_table.cpp").read_text()
+        assert f'"{a.name}", {a.sm[0]}, {a.sm[1]}' in kt
+        assert f"{a.sm_count}, {str(a.validated_on_hardware).lower()}}};" in kt
+        assert f"{float(a.cost.dram_bytes_per_us)!r}" in kt and a.cost.source in kt
+    ct = (tmp_path / "catalogue_table.cpp").read_text()
+    for a in archs.ARCHS.values():
+        assert f'{{"{a.name}", "{a.torch_arch}", {a.sm[0]}, {a.sm[1]}}}' in ct
+
+
+@pytest.mark.skipif(not pg.extension_available(), reason="extension not built")
+def test_built_modules_carry_the_table():
+    info = pg._C.arch_info()
+    assert info, "no arch module registered"
+    for name, d in info.items():
+        spec = archs.ARCHS[name]
+        assert tuple(d["sm"]) == spec.sm
+        assert d["validated_on_hardware"] == spec.validated_on_hardware
+        assert d["reference_sm_count"] == spec.sm_count
+        for field in ("clock_ghz", "flops_per_clk_16bit", "dram_bytes_per_us", "l2_bytes_per_us", "measured",
+                      "mx_scales_in_alu"):
+            assert d["cost"][field] == getattr(spec.cost, field), (name, field)
+
+
+@pytest.mark.skipif(not pg.extension_available() or "sm100a" not in pg.built_archs(), reason="sm100a not built")
+def test_explain_sm100_uses_its_own_constants():
+    """The same problem priced for an H200 and for a B200: the B200's published peaks (and its
+    SM count) make the estimate smaller; the decision says the constants are unmeasured."""
+    d100 = pg.explain(4096, 4096, 4096, arch="sm100a")
+    assert d100.sm_count == 148 and not d100.cost_model_measured
+    if "sm90a" in pg.built_archs():
+        d90 = pg.explain(4096, 4096, 4096)
+        assert d90.sm_count == 132 and d90.cost_model_measured
+        assert d100.estimate_us < d90.estimate_us
