@@ -120,6 +120,11 @@ def test_every_config_lowers_through_its_family_record():
             assert f"#include \"persistent_gemm/kernel/{low.header}.hpp\"" in tu
             assert f"using ElementD = {ELEMENTS[v.out].cpp};" in tu
             assert f"using Gemm = {low.builder}<" in tu
+            if low.tu == "sm100_mx":  # SM100 MX: the weight's element, the MMA tile, TMA store
+                assert f"using ElementB = {ELEMENTS[low.b].cpp};" in tu
+                assert f"using MmaTileShape = cute::Shape<cute::_{cfg.tile[0]}, cute::_{cfg.tile[1]}, cute::_128>;" in tu
+                assert v.scale == "block" and v.tma_store
+                continue
             if low.operand_x is not None:  # MX: the X operand's tag, the swap flag
                 assert f"using OperandX = {low.operand_x};" in tu
                 assert f"constexpr bool kSwapAB = {str(cfg.swap_ab).lower()};" in tu
@@ -131,13 +136,15 @@ def test_every_config_lowers_through_its_family_record():
 
 
 def test_mx_lowerings():
-    # SM90 MX kernels exist (Sm90MxGemm); the SM100 block-scaled ones are issue 10's.
+    # SM90: our own mainloop (Sm90MxGemm); SM100: CUTLASS's block-scaled collective in our kernel.
     from persistent_gemm.library import lowering
 
-    for family, x in (("mxfp8", "MxOperandE4m3"), ("e4m3xe2m1", "MxOperandE2m1")):
+    for family, x, b in (("mxfp8", "MxOperandE4m3", "e4m3"), ("e4m3xe2m1", "MxOperandE2m1", "e2m1")):
         low = lowering("sm90a", family)
-        assert low is not None and low.block_scale == "e8m0" and low.operand_x.endswith(x)
-        assert lowering("sm100a", family) is None
+        assert low is not None and low.block_scale == "e8m0" and low.operand_x.endswith(x) and low.tu == "sm90_mx"
+        low = lowering("sm100a", family)
+        assert low.tu == "sm100_mx" and low.builder.endswith("Sm100MxGemm") and (low.a, low.b) == ("e4m3", b)
+        assert all(v.tma_store and v.scale == "block" for v in low.primary)
 
 
 def test_mx_entries_carry_swap_ab_and_block_scales():

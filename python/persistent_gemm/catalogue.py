@@ -160,6 +160,10 @@ class KernelConfig:
         """The rules of the SM100 block-scaled path (mirrors the static_asserts of
         kernel/sm100_mx_gemm_builder.hpp and CUTLASS's block-scaled builder)."""
         tm, tn, tk = self.tile
+        want_m = 256 if self.kernel == "2sm" else 128
+        if tm != want_m:
+            return (f"sm100a MX {self.kernel} kernels need tile_m = {want_m} (a {want_m // (2 if self.kernel == '2sm' else 1)}"
+                    f"-row block-scaled UMMA per CTA), got {tm}")
         if tk != SM100_MX_TILE_K:
             return (f"sm100a MX kernels need tile_k = {SM100_MX_TILE_K}: the e2m1 operand is loaded into 8-bit "
                     f"smem containers 128 elements deep, one scale atom column per K tile; got {tk}")
