@@ -12,8 +12,6 @@ PGEMM_CUTLASS_PATH (or CUTLASS_PATH), MAX_JOBS.
 
 import os
 import re
-import shutil
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -87,25 +85,19 @@ def load_module(name: str):
             sys.modules["persistent_gemm"] = saved
 
 
+# The arch table (python/persistent_gemm/archs.py) and the compile flags (build_flags.py) are read
+# from the package, not spelled here.
+ARCHS = load_module("archs").ARCHS
+FLAGS = load_module("build_flags")
+DEFAULT_ARCH_LIST = ";".join(a.torch_arch for a in ARCHS.values())
+
+
 def locate_cuda() -> None:
     """Point torch at the real toolkit before it guesses: with no CUDA_HOME set it takes the
     folder above `which nvcc`, which is wrong when nvcc is a wrapper script in /usr/local/bin."""
-    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
-        return
-    candidates = [Path("/usr/local/cuda")]
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        candidates.append(Path(os.path.realpath(nvcc)).parent.parent)
-    for c in candidates:
-        if (c / "bin" / "nvcc").is_file() and (c / "include" / "cuda_runtime_api.h").is_file():
-            os.environ["CUDA_HOME"] = str(c)
-            return
-
-
-# The arch table (python/persistent_gemm/archs.py): TORCH_CUDA_ARCH_LIST spellings, gencodes and
-# minimum nvcc versions are read from it, not spelled here.
-ARCHS = load_module("archs").ARCHS
-DEFAULT_ARCH_LIST = ";".join(a.torch_arch for a in ARCHS.values())
+    home = FLAGS.find_cuda_home()
+    if home and not (os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")):
+        os.environ["CUDA_HOME"] = str(home)
 
 
 def cuda_home(min_cuda: tuple[int, int]) -> Path:
@@ -113,33 +105,20 @@ def cuda_home(min_cuda: tuple[int, int]) -> Path:
     if not CUDA_HOME:
         fail("no CUDA toolkit found (set CUDA_HOME); CUDA 12.8 or newer is required")
     home = Path(CUDA_HOME)
-    try:
-        out = subprocess.run([str(home / "bin" / "nvcc"), "--version"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
-        fail(f"cannot run {home / 'bin' / 'nvcc'} ({e}); CUDA 12.8 or newer is required")
-    m = re.search(r"release (\d+)\.(\d+)", out)
-    if not m or (int(m.group(1)), int(m.group(2))) < min_cuda:
-        found = m.group(0) if m else "an unknown version"
-        fail(f"nvcc at {home} is {found}; CUDA {min_cuda[0]}.{min_cuda[1]} or newer is required for the archs built "
-             f"(TORCH_CUDA_ARCH_LIST)")
+    found = FLAGS.nvcc_version(home)
+    if found is None:
+        fail(f"cannot run {home / 'bin' / 'nvcc'} --version; CUDA 12.8 or newer is required")
+    if found < min_cuda:
+        fail(f"nvcc at {home} is release {found[0]}.{found[1]}; CUDA {min_cuda[0]}.{min_cuda[1]} or newer is "
+             f"required for the archs built (TORCH_CUDA_ARCH_LIST)")
     return home
 
 
 def cutlass_include() -> Path:
-    for var in ("PGEMM_CUTLASS_PATH", "CUTLASS_PATH"):
-        if os.environ.get(var):
-            root = Path(os.environ[var])
-            if (root / "include" / "cutlass" / "cutlass.h").is_file():
-                return root
-            fail(f"{var}={root} has no include/cutlass/cutlass.h")
-    # The nvidia-cutlass wheel ships the headers as cutlass_library/source; look for the file
-    # on sys.path rather than importing the package.
-    for entry in sys.path:
-        root = Path(entry or ".") / "cutlass_library" / "source"
-        if (root / "include" / "cutlass" / "cutlass.h").is_file():
-            return root
-    fail("CUTLASS headers not found. Install them with `pip install --no-deps nvidia-cutlass==4.2.0.0`, "
-         "or set PGEMM_CUTLASS_PATH to a CUTLASS checkout (the folder holding include/cutlass)")
+    root, why = FLAGS.find_cutlass()
+    if root is None:
+        fail(why)
+    return root
 
 
 def arch_list() -> list:
@@ -161,13 +140,8 @@ def extensions():
     codegen = load_module("codegen")
     gen_dir = ROOT / "csrc" / "generated"
     sources = codegen.generate(gen_dir, [a.name for a in archs])
-    includes = [str(ROOT / "include"), str(ROOT / "csrc"), str(cutlass / "include"),
-                str(cutlass / "tools" / "util" / "include")]
-    cccl = home / "include" / "cccl"  # CUDA 13 moved libcu++ here; g++ needs it for CUTLASS
-    if cccl.is_dir():
-        includes.append(str(cccl))
-    cxx = ["-O3", "-std=c++20",  # torch >= 2.10 headers need C++20
-           "-Wno-deprecated-declarations"]
+    includes = FLAGS.include_dirs(ROOT, cutlass, home)
+    cxx = list(FLAGS.CXX_FLAGS)
     rel = lambda paths: [os.path.relpath(p, ROOT) for p in paths]
     core = ["csrc/ops.cpp", "csrc/checks.cpp", "csrc/dispatch.cpp", "csrc/heuristics.cpp", "csrc/module.cpp",
             "csrc/self_check.cpp"]
@@ -175,10 +149,7 @@ def extensions():
                           extra_compile_args={"cxx": cxx})]
     for spec in archs:
         name = spec.name
-        nvcc = ["-O3", "-std=c++17", spec.gencode, "--expt-relaxed-constexpr", "--expt-extended-lambda",
-                "-DNDEBUG", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
-                "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__",
-                "-Xptxas=--warn-on-spills", "-diag-suppress=20012"]
+        nvcc = FLAGS.nvcc_flags(spec.gencode)
         exts.append(CUDAExtension(f"persistent_gemm._C_{name}", rel(sources[name]), include_dirs=includes,
                                   extra_compile_args={"cxx": cxx, "nvcc": nvcc}))
     return exts

@@ -126,29 +126,26 @@ def explain_kinds(op: str) -> dict:
 
 
 def cutlass_peer():
-    """Build (once, cached by torch) and load the stock-CUTLASS peer for bf16 mm. The toolkit and
-    the CUTLASS headers are found exactly as the package build finds them (setup.py)."""
-    import importlib.util
+    """Build (once, cached by torch) and load the stock-CUTLASS peer for bf16 mm, with the
+    package's own flags and toolkit/CUTLASS lookup (persistent_gemm.build_flags)."""
     import os
 
+    from persistent_gemm import build_flags
+    from persistent_gemm.archs import ARCHS
+
     root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("pgemm_setup", root / "setup.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)  # defines the helpers; setup() runs only under __main__
-    build.locate_cuda()
-    cuda, cutlass = build.cuda_home(), build.cutlass_include()
+    cuda, (cutlass, why) = build_flags.find_cuda_home(), build_flags.find_cutlass()
+    if cuda is None or cutlass is None:
+        raise RuntimeError(why or "no CUDA toolkit found (set CUDA_HOME)")
     from torch.utils.cpp_extension import load
 
-    os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"  # wgmma/TMA need the arch-specific target
+    os.environ.setdefault("CUDA_HOME", str(cuda))
     return load(
         name="pgemm_cutlass_peer",
         sources=[str(root / "benchmarks" / "peers" / f"cutlass_sm90_stock.{ext}") for ext in ("cpp", "cu")],
-        extra_include_paths=[str(cutlass / "include"), str(cutlass / "tools" / "util" / "include"),
-                             str(cuda / "include"), str(cuda / "include" / "cccl")],
-        extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-DNDEBUG",
-                           "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
-                           "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"],
-        extra_cflags=["-O3", "-std=c++20"],
+        extra_include_paths=build_flags.include_dirs(root, cutlass, cuda) + [str(cuda / "include")],
+        extra_cuda_cflags=build_flags.nvcc_flags(ARCHS["sm90a"].gencode),  # wgmma/TMA: the 'a' target
+        extra_cflags=list(build_flags.CXX_FLAGS),
         verbose=False,
     )
 

@@ -1,4 +1,5 @@
 #include "checks.h"
+#include "dispatch.h"
 #include "text.h"
 
 #include <cstring>
@@ -118,8 +119,12 @@ void check_config(char const* op, std::optional<c10::string_view> config,
                   std::initializer_list<char const*> families) {
   if (!config.has_value()) return;
   std::string const name(config->data(), config->size());
-  for (auto const& row : host::catalogue()) {
-    if (!row.in_catalogue || name != row.name) continue;
+  // Catalogue configs, and configs JIT-compiled in this process (persistent_gemm.jit).
+  bool known = false;
+  for (auto const& row : host::catalogue()) known = known || (row.in_catalogue && name == row.name);
+  for (auto const& mod : registered_arches())
+    for (int i = 0; i < mod.table->count && !known; ++i) known = name == mod.table->entries[i].config;
+  if (known) {
     // Canonical names are <arch>_<dtype>_...: the dtype field must match the op.
     std::string const rest = name.substr(name.find('_') + 1);
     std::string const family = rest.substr(0, rest.find('_'));
@@ -130,10 +135,12 @@ void check_config(char const* op, std::optional<c10::string_view> config,
     TORCH_CHECK_VALUE(false, msg(op, ": config '", name, "' is a ", family, " kernel; this op takes ",
                       want, "kernels"));
   }
-  std::string known;
+  std::string names;
   for (auto const& row : host::catalogue())
-    if (row.in_catalogue) known += std::string("\n  ") + row.name;
-  TORCH_CHECK_VALUE(false, msg(op, ": unknown config '", name, "'; the catalogue has:", known));
+    if (row.in_catalogue) names += std::string("\n  ") + row.name;
+  TORCH_CHECK_VALUE(false, msg(op, ": unknown config '", name, "': neither in the catalogue nor compiled in this process "
+                    "(persistent_gemm's Python ops JIT-compile any valid config; PGEMM_JIT=0 turns that off); "
+                    "the catalogue has:", names));
 }
 
 void check_config_accum(char const* op, std::optional<c10::string_view> config, bool use_fast_accum) {

@@ -3,6 +3,7 @@
 #include "dispatch.h"
 
 #include <atomic>
+#include <deque>
 #include <cstdio>
 #include <limits>
 #include <mutex>
@@ -29,9 +30,30 @@ std::mutex& registry_mutex() {
 std::atomic<bool> g_poison_outputs{false};
 bool poison_outputs() { return g_poison_outputs.load(std::memory_order_relaxed) || self_check::running(); }
 
-std::vector<ArchModule>& registry() {
-  static std::vector<ArchModule> r;
+// A deque: ArchModule addresses handed out by arch_for_device stay valid as modules register.
+std::deque<ArchModule>& registry() {
+  static std::deque<ArchModule> r;
   return r;
+}
+
+// A built arch module plus the JIT modules of the same arch, merged into one table (the
+// dispatcher and explain see every kernel of an arch at once). Never freed: a thread may still
+// be choosing from an older merge.
+struct MergedTable {
+  std::vector<KernelEntry> entries;
+  std::vector<host::ScheduleEntry> schedules;
+  KernelTable table;
+};
+std::deque<MergedTable>& merged_tables() {
+  static std::deque<MergedTable> m;
+  return m;
+}
+std::atomic<uint64_t> g_registry_generation{0};
+
+bool same_entry(KernelEntry const& a, KernelEntry const& b) {
+  return std::string(a.config) == b.config && a.a_dtype == b.a_dtype && a.b_dtype == b.b_dtype &&
+         a.d_dtype == b.d_dtype && a.a_k_major == b.a_k_major && a.b_k_major == b.b_k_major &&
+         a.scale_mode == b.scale_mode && a.tma_store == b.tma_store;
 }
 
 DType to_dtype(at::ScalarType t) {
@@ -207,12 +229,39 @@ void register_arch(ArchModule module) {
   TORCH_CHECK(module.table && module.table->abi_version == kRegistryAbiVersion, msg("persistent_gemm: kernel module ABI ", module.table ? module.table->abi_version : -1,
               " does not match _C's ", kRegistryAbiVersion, "; rebuild the extension"));
   std::lock_guard<std::mutex> lock(registry_mutex());
-  for (auto const& m : registry())
-    if (std::string(m.table->arch) == module.table->arch) return;  // idempotent
+  for (auto& m : registry()) {
+    if (std::string(m.table->arch) != module.table->arch) continue;
+    TORCH_CHECK(m.table->sm_major == module.table->sm_major && m.table->sm_minor == module.table->sm_minor,
+                msg("persistent_gemm: a second ", module.table->arch, " module disagrees on the compute capability"));
+    MergedTable g;
+    g.entries.assign(m.table->entries, m.table->entries + m.table->count);
+    for (int i = 0; i < module.table->count; ++i) {
+      KernelEntry const& e = module.table->entries[i];
+      bool dup = false;
+      for (auto const& have : g.entries) dup = dup || same_entry(have, e);
+      if (!dup) g.entries.push_back(e);
+    }
+    if (int(g.entries.size()) == m.table->count) return;  // nothing new: idempotent
+    for (auto const* s = m.schedules; s && s->config; ++s) g.schedules.push_back(*s);
+    for (auto const* s = module.schedules; s && s->config; ++s) g.schedules.push_back(*s);
+    g.schedules.push_back({nullptr, nullptr});
+    g.table = *m.table;
+    auto& kept = merged_tables().emplace_back(std::move(g));
+    kept.table.entries = kept.entries.data();
+    kept.table.count = int32_t(kept.entries.size());
+    // Readers take the pointers without the lock: publish them whole.
+    std::atomic_ref<KernelTable const*>(m.table).store(&kept.table, std::memory_order_release);
+    std::atomic_ref<host::ScheduleEntry const*>(m.schedules).store(kept.schedules.data(), std::memory_order_release);
+    g_registry_generation.fetch_add(1);
+    return;
+  }
   registry().push_back(module);
+  g_registry_generation.fetch_add(1);
 }
 
-std::vector<ArchModule> const& registered_arches() { return registry(); }
+uint64_t registry_generation() { return g_registry_generation.load(); }
+
+std::deque<ArchModule> const& registered_arches() { return registry(); }
 
 ArchModule const* arch_for_device(int device) {
   auto const* prop = &device_info(device);

@@ -1,6 +1,7 @@
 // CUDA entry points of the ops and the kernel registry they dispatch through.
 #pragma once
 
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,8 +35,12 @@ struct ArchModule {
   KernelTable const* table;
   host::ScheduleEntry const* schedules;
 };
+// A second module of an already registered arch (a JIT-compiled config) is merged into that
+// arch's table; registering the same kernels again changes nothing.
 void register_arch(ArchModule module);
-std::vector<ArchModule> const& registered_arches();
+std::deque<ArchModule> const& registered_arches();
+// Bumped whenever a table changes: cached decisions of an older generation are stale.
+uint64_t registry_generation();
 // The module for this device, or nullptr when none is built for its compute capability.
 ArchModule const* arch_for_device(int device);
 

@@ -1,7 +1,10 @@
 #include "heuristics.h"
 #include "text.h"
 
+#include <atomic>
 #include <cstdio>
+#include <mutex>
+#include <optional>
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -132,7 +135,58 @@ int adaptation_cost(KernelEntry const& e, Request const& r, Choice* c) {
 
 }  // namespace
 
-Choice choose_kernel(char const* op, KernelTable const& table, Request const& r, bool explain) {
+namespace {
+// Winners of persistent_gemm.tune, keyed by the arch and the whole problem (SM count included)
+// without the forced config: consulted before the cost model.
+struct Tuned {
+  std::string arch;
+  Request req;
+  std::string config;
+};
+std::mutex& tuned_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<Tuned>& tuned() {
+  static std::vector<Tuned> t;
+  return t;
+}
+std::atomic<uint64_t> g_tuned_generation{0};
+
+std::optional<std::string> tuned_config(KernelTable const& table, Request const& r) {
+  if (g_tuned_generation.load(std::memory_order_relaxed) == 0) return std::nullopt;  // none ever set
+  Request key = r;
+  key.config.reset();
+  std::lock_guard<std::mutex> lock(tuned_mutex());
+  for (auto const& t : tuned())
+    if (t.arch == table.arch && t.req == key) {
+      for (int i = 0; i < table.count; ++i)  // only while that kernel is registered
+        if (t.config == table.entries[i].config) return t.config;
+    }
+  return std::nullopt;
+}
+}  // namespace
+
+void set_tuned(std::string const& arch, Request req, std::string const& config) {
+  req.config.reset();
+  std::lock_guard<std::mutex> lock(tuned_mutex());
+  auto& t = tuned();
+  t.erase(std::remove_if(t.begin(), t.end(), [&](Tuned const& x) { return x.arch == arch && x.req == req; }), t.end());
+  if (!config.empty()) t.push_back({arch, req, config});
+  g_tuned_generation.fetch_add(1);
+}
+
+void clear_tuned() {
+  std::lock_guard<std::mutex> lock(tuned_mutex());
+  tuned().clear();
+  g_tuned_generation.fetch_add(1);
+}
+
+Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_in, bool explain) {
+  std::optional<std::string> const tuned_pick = r_in.config ? std::nullopt : tuned_config(table, r_in);
+  Request tuned_req;
+  if (tuned_pick) tuned_req = r_in, tuned_req.config = tuned_pick;
+  Request const& r = tuned_pick ? tuned_req : r_in;
   // The cost model divides by tile counts and workers: refuse what would make them zero.
   TORCH_CHECK_VALUE(r.m >= 1 && r.n >= 1 && r.k >= 1,
                     msg(op, ": M, N and K must be >= 1 for a kernel choice, got M = ", r.m, ", N = ", r.n, ", K = ", r.k));
@@ -208,6 +262,9 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r,
                        (e.swap_ab ? ", swap-AB (weight on the MMA's M side, D written transposed)" : "") +
                        (e.tma_store ? "" : ", predicated stores"));
   }
+  if (explain && tuned_pick)
+    best.log.insert(best.log.begin(), "tuned: " + *tuned_pick + " won persistent_gemm.tune for this problem on this arch "
+                                      "(the cost model was not consulted)");
   if (!table.cost.measured)
     best.log.push_back(std::string("cost model: ") + table.arch +
                        " constants are published peaks, not measured by this project (archs.py)");
@@ -247,18 +304,21 @@ Choice choose_kernel_cached(char const* op, KernelTable const& table, Request co
   // few decisions, which spares the cost model's pass over every entry on the call path.
   struct Slot {
     KernelTable const* table = nullptr;
+    uint64_t tuned_generation = 0;
     Request req;
     Choice choice;
   };
   constexpr int kSlots = 8;
   thread_local Slot slots[kSlots];
   thread_local int next = 0;
+  uint64_t const gen = g_tuned_generation.load(std::memory_order_relaxed);
   for (Slot const& s : slots)
-    if (s.table == &table && s.req == r) return s.choice;
+    if (s.table == &table && s.tuned_generation == gen && s.req == r) return s.choice;
   Choice c = choose_kernel(op, table, r);  // throws when nothing fits: nothing is cached then
   Slot& s = slots[next];
   next = (next + 1) % kSlots;
   s.table = &table;
+  s.tuned_generation = gen;
   s.req = r;
   s.choice = c;
   return c;

@@ -46,6 +46,11 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& re
 // The same decision without a log, remembered per thread for the last few problems (the op path).
 Choice choose_kernel_cached(char const* op, KernelTable const& table, Request const& req);
 
+// persistent_gemm.tune's winners: a problem (its forced config ignored) on an arch -> the config
+// choose_kernel takes before its cost model; an empty config removes the entry.
+void set_tuned(std::string const& arch, Request req, std::string const& config);
+void clear_tuned();
+
 // The cost model's estimate of one config for one problem (heuristics.cpp says how).
 struct Estimate {
   double us = 0;       // the estimate: the largest bound plus launch

@@ -67,15 +67,16 @@ at::Tensor device_schedule(std::string const& name, int m, int n, int l, int wor
               mod->table->arch));
 }
 
-// The dispatcher's decision for a problem, without running it (persistent_gemm.explain).
-py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::string const& dtype,
-                 std::string const& out_dtype, bool a_k_major, bool b_k_major, std::string const& scale,
-                 int sm_count, std::optional<std::string> config, bool fast_accum) {
+// A problem as explain and tune describe it (dtype names of explain.py), for the arch module `arch`.
+std::pair<ArchModule const*, Request> describe(char const* op, std::string const& arch, int64_t m, int64_t n,
+                                               int64_t k, std::string const& dtype, std::string const& out_dtype,
+                                               bool a_k_major, bool b_k_major, std::string const& scale,
+                                               int sm_count, std::optional<std::string> config, bool fast_accum) {
   // choose_kernel refuses M, N, K < 1 and sm_count < 1; the 32-bit bound is the ops' (dispatch.cpp).
   for (auto [what, v] : {std::pair<char const*, int64_t>{"M", m}, {"N", n}, {"K", k}})
-    TORCH_CHECK_VALUE(v < (int64_t(1) << 31), msg("explain: ", what, " = ", v, " exceeds the 2^31 the kernels index"));
+    TORCH_CHECK_VALUE(v < (int64_t(1) << 31), msg(op, ": ", what, " = ", v, " exceeds the 2^31 the kernels index"));
   TORCH_CHECK_VALUE(scale == "none" || scale == "tensor" || scale == "row",
-                    msg("explain: scale must be 'none', 'tensor' or 'row', got '", scale, "'"));
+                    msg(op, ": scale must be 'none', 'tensor' or 'row', got '", scale, "'"));
   auto const parse = [](std::string const& d, char const* what) {
     if (d == "bf16") return DType::BF16;
     if (d == "fp16") return DType::FP16;
@@ -86,7 +87,7 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   ArchModule const* mod = nullptr;
   for (auto const& a : registered_arches())
     if (arch == a.table->arch) mod = &a;
-  TORCH_CHECK_VALUE(mod, msg("explain: no kernel module for arch '", arch, "' is built"));
+  TORCH_CHECK_VALUE(mod, msg(op, ": no kernel module for arch '", arch, "' is built"));
   Request r;
   r.m = m, r.n = n, r.k = k;
   // The MX families: e4m3 activations with e8m0 block scales, e4m3 or e2m1 weights.
@@ -104,6 +105,15 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   r.sm_count = sm_count > 0 ? sm_count : mod->table->reference_sm_count;
   r.config = config;
   r.fast_accum = fast_accum;
+  return {mod, r};
+}
+
+// The dispatcher's decision for a problem, without running it (persistent_gemm.explain).
+py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::string const& dtype,
+                 std::string const& out_dtype, bool a_k_major, bool b_k_major, std::string const& scale,
+                 int sm_count, std::optional<std::string> config, bool fast_accum) {
+  auto const [mod, r] = describe("explain", arch, m, n, k, dtype, out_dtype, a_k_major, b_k_major, scale, sm_count,
+                                 config, fast_accum);
   if (config) check_config_accum("explain", c10::string_view(*config), fast_accum);
   Choice const c = choose_kernel("explain", *mod->table, r, /*explain=*/true);
   py::dict d;
@@ -117,6 +127,7 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   d["estimate_us"] = estimate(r, *c.entry, mod->table->cost, c.pad_m).us;
   d["sm_count"] = r.sm_count;
   d["cost_model_measured"] = mod->table->cost.measured;
+  d["tuned"] = !c.log.empty() && c.log.front().rfind("tuned:", 0) == 0;
   d["swap_ab"] = c.entry->swap_ab;
   d["fast_accum"] = c.entry->fast_accum;
   return d;
@@ -199,6 +210,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("out_dtype"), py::arg("a_k_major") = true, py::arg("b_k_major") = true,
         py::arg("scale") = "none", py::arg("sm_count") = 0, py::arg("config") = py::none(),
         py::arg("fast_accum") = false);
+  m.def("set_tuned", [](std::string const& arch, int64_t m, int64_t n, int64_t k, std::string const& dtype,
+                        std::string const& out_dtype, bool a_k_major, bool b_k_major, std::string const& scale,
+                        bool fast_accum, int sm_count, std::string const& config) {
+    auto const [mod, r] = describe("tune", arch, m, n, k, dtype, out_dtype, a_k_major, b_k_major, scale, sm_count,
+                                   std::nullopt, fast_accum);
+    set_tuned(mod->table->arch, r, config);
+  }, "persistent_gemm.tune: the config the dispatcher takes for this problem (empty: forget it)",
+        py::arg("arch"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"), py::arg("out_dtype"),
+        py::arg("a_k_major"), py::arg("b_k_major"), py::arg("scale"), py::arg("fast_accum"), py::arg("sm_count"), py::arg("config"));
+  m.def("clear_tuned", &clear_tuned);
+  m.def("registry_generation", &registry_generation);
   m.def("set_poison_outputs", &set_poison_outputs,
         "tests: NaN-fill every kernel output buffer before the launch, so unwritten tiles show");
   m.def("schedule_order", &schedule_order, py::arg("config"), py::arg("m"), py::arg("n"),

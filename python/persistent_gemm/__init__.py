@@ -3,7 +3,9 @@ driven by a user-visible tile scheduler.
 
 Ops (``torch.ops.persistent_gemm.*``, typed wrappers here): :func:`mm`, :func:`scaled_mm`,
 :func:`mxfp8_mm`, :func:`fp8_fp4_mm`. Scheduling: :class:`TileSchedule`, :class:`KernelConfig`,
-:data:`CATALOGUE`. MX helpers: :func:`quantize_mxfp8`, :func:`quantize_mxfp4` and their
+:data:`CATALOGUE`; any valid config runs (``config=``; compiled at first use and cached,
+:func:`precompile`), :func:`tune` times candidates and keeps the fastest, :func:`explain` says
+what runs and why (and draws it). MX helpers: :func:`quantize_mxfp8`, :func:`quantize_mxfp4` and their
 ``dequantize_*`` inverses, :func:`prepare_weight` (a weight relaid out once for the kernels).
 
 The scheduler, catalogue and quantization modules are pure Python and import without the
@@ -18,10 +20,12 @@ from ._version import __version__
 from .archs import ARCH_NAMES, ARCHS
 from .catalogue import CATALOGUE, ConfigError, KernelConfig
 from .explain import Decision, explain
+from .jit import JitCompileError, KernelNotBuiltError, precompile
 from .prepare import PreparedWeight, prepare_weight
 from .quant import dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp4, quantize_mxfp8
 from .scale_layout import SCALE_LAYOUTS, from_blocked, to_blocked
 from .schedule import ScheduleGrid, TileSchedule
+from .tune import TuneResult, clear_tuning, load_tuning, tune
 
 ARCH_MODULES = ARCH_NAMES  # one extension module _C_<arch> per archs.ARCHS entry
 
@@ -64,6 +68,23 @@ def built_archs() -> list[str]:
     return list(require_extension().registered_arches())
 
 
+def _load_tuning_cache() -> None:
+    """Winners of earlier tune() runs (the tuning cache) go to the dispatcher at import; nothing
+    is compiled here. PGEMM_TUNING=0 skips it."""
+    import os
+    import warnings
+
+    if _C is None or os.environ.get("PGEMM_TUNING", "1") == "0":
+        return
+    try:
+        load_tuning()
+    except Exception as err:  # a broken cache must not break the import
+        warnings.warn(f"persistent_gemm: tuning cache not loaded: {err}", stacklevel=3)
+
+
+_load_tuning_cache()
+
+
 def __getattr__(name: str):
     if name in ("mm", "scaled_mm", "mxfp8_mm", "fp8_fp4_mm"):
         require_extension()
@@ -92,6 +113,13 @@ __all__ = [
     "from_blocked",
     "explain",
     "Decision",
+    "precompile",
+    "KernelNotBuiltError",
+    "JitCompileError",
+    "tune",
+    "TuneResult",
+    "load_tuning",
+    "clear_tuning",
     "extension_available",
     "built_archs",
 ]

@@ -1,4 +1,4 @@
-"""Command line: ``python -m persistent_gemm {schedule,demo} ...``.
+"""Command line: ``python -m persistent_gemm {schedule,precompile,tune,demo} ...``.
 
 ``schedule`` is pure Python (it imports :mod:`persistent_gemm.schedule` and
 :mod:`persistent_gemm.catalogue` only, never the compiled extension): it prints a config's
@@ -9,7 +9,11 @@ Examples::
 
     python -m persistent_gemm schedule --m 8192 --n 8192 --k 8192 --swizzle 8 --out order.png
     python -m persistent_gemm schedule --m 4096 --n 4096 --config sm90a_bf16_128x256x64_c2x1_sw8_row_coop
+    python -m persistent_gemm precompile sm90a_bf16_128x64x64_c1x2_sw3_column_pp
+    python -m persistent_gemm tune --m 4096 --n 4096 --k 4096 --op mm --jit
     python -m persistent_gemm demo
+
+``precompile`` and ``tune`` need the compiled extension (and ``tune`` a GPU).
 """
 
 from __future__ import annotations
@@ -129,14 +133,65 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
         print(sch.format_footprint(fps))
     if args.out:
         try:
-            path = sch.plot(config, args.m, args.n, args.out, workers=workers)
+            path = sch.plot(config, args.m, args.n, args.out, workers=workers, color_by=args.color_by,
+                            highlight=args.highlight)
         except ImportError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-        except (OSError, ValueError) as e:  # unwritable folder, unknown picture suffix
+        except (OSError, ValueError, TypeError) as e:  # unwritable folder, unknown suffix, tile off the grid
             print(f"error: cannot write --out {args.out!r}: {e}", file=sys.stderr)
             return 2
         print(f"wrote     {path}")
+    return 0
+
+
+def _need_extension(what: str) -> bool:
+    import persistent_gemm as pg
+
+    if not pg.extension_available():
+        print(f"error: {what} needs persistent_gemm's compiled extension, which is not built here; "
+              "scripts/setup_and_demo.sh builds it", file=sys.stderr)
+        return False
+    return True
+
+
+def _cmd_precompile(args: argparse.Namespace) -> int:
+    from . import jit
+    from .catalogue import ConfigError
+
+    if not _need_extension("precompile"):
+        return 1
+    for name in args.configs:
+        try:
+            jit.ensure(name)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except (jit.KernelNotBuiltError, jit.JitCompileError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"ready     {name}")
+    return 0
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from . import jit
+    from .tune import tune
+
+    if not _need_extension("tune"):
+        return 1
+    vary = True if args.jit == "all" else (tuple(args.jit.split(",")) if args.jit else False)
+    try:
+        r = tune(args.m, args.n, args.k, op=args.op, dtype=args.dtype, layout=args.layout, out_dtype=args.out_dtype,
+                 scale=args.scale, use_fast_accum=args.fast_accum, jit_search=vary, max_jit=args.max_jit,
+                 candidates=args.candidate, store=not args.no_store, reps=args.reps)
+    except (ValueError, TypeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (RuntimeError, jit.JitCompileError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(r)
     return 0
 
 
@@ -184,7 +239,39 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--sms", type=int, default=132, help="SM count; workers = sms // cluster size (default 132)")
     q.add_argument("--per-wave", action="store_true", help="also print the footprint of every wave")
     q.add_argument("--out", help="write the visit-order picture here (PNG; needs matplotlib)")
+    q.add_argument("--color-by", choices=("wave", "worker"), default="wave", help="picture colours (default wave)")
+    q.add_argument("--highlight", type=lambda t: _ints(t, 2, "--highlight"), metavar="MxN",
+                   help="outline tile (m, n) in the picture and name its worker and step, e.g. 3x5")
     q.set_defaults(func=_cmd_schedule)
+
+    pc = sub.add_parser("precompile", help="compile configs that are not built (the JIT cache) ahead of use",
+                        description="Compile each named config into the JIT cache ($PGEMM_CACHE_DIR, default "
+                        "~/.cache/persistent_gemm), or load it if it is there already.")
+    pc.add_argument("configs", nargs="+", metavar="CONFIG", help="canonical config names")
+    pc.set_defaults(func=_cmd_precompile)
+
+    from .tune import OPS, VARY
+
+    t = sub.add_parser("tune", help="time candidate configs for a problem on this GPU and keep the fastest",
+                       description="Time the configs that can run an M x N x K problem (built ones, optionally JIT "
+                       "candidates) and store the winner in the tuning cache the dispatcher consults.")
+    t.add_argument("--m", type=int, required=True)
+    t.add_argument("--n", type=int, required=True)
+    t.add_argument("--k", type=int, required=True)
+    t.add_argument("--op", choices=tuple(OPS), default="mm")
+    t.add_argument("--dtype", help="operand family: bf16 or fp16 for mm (default: the op's own)")
+    t.add_argument("--layout", default="rc", help="a then b: r row-major, c column-major (default rc)")
+    t.add_argument("--out-dtype", choices=("bf16", "fp16", "fp32"))
+    t.add_argument("--scale", choices=("tensor", "row"), default="row", help="scaled_mm scales (default row)")
+    t.add_argument("--fast-accum", action="store_true", help="scaled_mm: allow fast-accumulation kernels")
+    t.add_argument("--jit", nargs="?", const="all", default="",
+                   help=f"also JIT-compile specs near the fastest built one; optionally the knobs to vary, "
+                   f"comma-separated from {','.join(VARY)}")
+    t.add_argument("--max-jit", type=int, default=6, help="at most this many JIT candidates (default 6)")
+    t.add_argument("--candidate", action="append", help="a config to time as well (repeatable)")
+    t.add_argument("--reps", type=int, default=20, help="timed replays per candidate (default 20)")
+    t.add_argument("--no-store", action="store_true", help="report only; leave the dispatcher as it is")
+    t.set_defaults(func=_cmd_tune)
 
     d = sub.add_parser("demo", help="run the demo (needs the compiled extension and a GPU)")
     d.set_defaults(func=_cmd_demo)
@@ -194,10 +281,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     # Counts and extents: checked here so each message names the flag as typed.
-    for flag in ("m", "n", "k", "workers", "sms"):
+    for flag in ("m", "n", "k", "workers", "sms", "reps", "max_jit"):
         v = getattr(args, flag, None)
         if v is not None and v < 1:
-            print(f"error: --{flag} must be >= 1, got {v}", file=sys.stderr)
+            print(f"error: --{flag.replace('_', '-')} must be >= 1, got {v}", file=sys.stderr)
             return 2
     return args.func(args)
 

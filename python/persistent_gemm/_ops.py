@@ -9,9 +9,12 @@ trace time; strides and alignment are the real kernels' business (their checks a
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 import torch
+
+if TYPE_CHECKING:
+    from .catalogue import KernelConfig
 
 _LIB = "persistent_gemm"
 _MX_BLOCK = 32
@@ -102,22 +105,42 @@ def _fp8_fp4_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain
 
 
 # -- typed wrappers ----------------------------------------------------------------------------
+ConfigArg = Union[str, "KernelConfig", None]
+
+
+def _config(config: ConfigArg, op: str, family: str, device: torch.device) -> Optional[str]:
+    """``config=`` as the dispatcher's name: a canonical name or a KernelConfig, built or not
+    (persistent_gemm.jit compiles a valid spec at first use, after checking that it fits the op,
+    the operands' dtype family and the device). Under torch.compile the config must already be
+    runnable (precompile it, or call the op once eagerly): the trace only passes the name."""
+    if config is None:
+        return None
+    if torch.compiler.is_compiling():
+        return config if isinstance(config, str) else config.name
+    from . import jit
+
+    return jit.runnable(config, op=op, family=family, device=device)
+
+
 def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = None,
-       config: Optional[str] = None) -> torch.Tensor:
+       config: ConfigArg = None) -> torch.Tensor:
     """``a @ b`` for bf16/fp16 ``a`` (M, K) and ``b`` (K, N), fp32 accumulation.
 
     Row- and column-major operands run without copies; any other strides (stride-0 broadcast
     views such as ``x.expand(M, K)``, misaligned rows) are copied once to a K-major buffer.
-    ``out_dtype`` defaults to the input dtype (bf16, fp16 or fp32 allowed). ``config`` forces a catalogue kernel by its canonical name.
+    ``out_dtype`` defaults to the input dtype (bf16, fp16 or fp32 allowed). ``config`` forces a
+    kernel: a canonical name or a :class:`KernelConfig`, in the build or not (a valid spec that
+    is not built is compiled once at first use and cached; see :mod:`persistent_gemm.jit`).
     Semantics (the CPU reference): ``(a.float() @ b.float()).to(out_dtype)``.
     Differentiable: the backward is two ``mm`` calls.
     """
-    return torch.ops.persistent_gemm.mm.default(a, b, out_dtype, config)
+    return torch.ops.persistent_gemm.mm.default(
+        a, b, out_dtype, _config(config, "mm", "fp16" if a.dtype == torch.float16 else "bf16", a.device))
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
               out_dtype: Optional[torch.dtype] = None, use_fast_accum: bool = False,
-              config: Optional[str] = None) -> torch.Tensor:
+              config: ConfigArg = None) -> torch.Tensor:
     """FP8 ``a @ b`` with fp32 scales, like ``torch._scaled_mm``.
 
     ``a`` (M, K) e4m3 row-major, ``b`` (K, N) e4m3 column-major. Scales are fp32, either both
@@ -132,7 +155,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     compute-bound shapes, with an error that grows with K (``explain(..., use_fast_accum=True)``
     says which one runs). A forced ``config`` ending in ``_fastacc`` needs ``use_fast_accum=True``.
     """
-    return torch.ops.persistent_gemm.scaled_mm.default(a, b, scale_a, scale_b, out_dtype, use_fast_accum, config)
+    return torch.ops.persistent_gemm.scaled_mm.default(a, b, scale_a, scale_b, out_dtype, use_fast_accum,
+                                                       _config(config, "scaled_mm", "e4m3", a.device))
 
 
 def _weight_args(b, b_scale, b_scale_layout, fmt: str):
@@ -152,7 +176,7 @@ def _weight_args(b, b_scale, b_scale_layout, fmt: str):
 
 def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.Tensor] = None, *,
              out_dtype: Optional[torch.dtype] = None, scale_layout: str = "plain",
-             config: Optional[str] = None, b_scale_layout: Optional[str] = None) -> torch.Tensor:
+             config: ConfigArg = None, b_scale_layout: Optional[str] = None) -> torch.Tensor:
     """MXFP8 block-scaled ``a @ b``.
 
     ``a`` (M, K) e4m3 row-major with ``a_scale`` (M, ceil(K/32)) e8m0; ``b`` (K, N) e4m3
@@ -172,13 +196,14 @@ def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.
     blocked layout by one small kernel first (a prepared weight skips its half of that).
     """
     b, b_scale, b_scale_layout = _weight_args(b, b_scale, b_scale_layout, "mxfp8")
-    return torch.ops.persistent_gemm.mxfp8_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout, config,
+    return torch.ops.persistent_gemm.mxfp8_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout,
+                                                      _config(config, "mxfp8_mm", "mxfp8", a.device),
                                                       b_scale_layout)
 
 
 def fp8_fp4_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.Tensor] = None, *,
                out_dtype: Optional[torch.dtype] = None, scale_layout: str = "plain",
-               config: Optional[str] = None, b_scale_layout: Optional[str] = None) -> torch.Tensor:
+               config: ConfigArg = None, b_scale_layout: Optional[str] = None) -> torch.Tensor:
     """e4m3 activations times block-scaled e2m1 weights.
 
     ``a`` (M, K) e4m3 row-major with ``a_scale`` (M, K/32) e8m0; ``b`` (K/2, N)
@@ -192,5 +217,6 @@ def fp8_fp4_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torc
     the GEMM (the weight is the wgmma's register-sourced A operand; D is written transposed).
     """
     b, b_scale, b_scale_layout = _weight_args(b, b_scale, b_scale_layout, "fp4")
-    return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout, config,
+    return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout,
+                                                        _config(config, "fp8_fp4_mm", "e4m3xe2m1", a.device),
                                                         b_scale_layout)

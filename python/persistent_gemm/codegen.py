@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from string import Template
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 from .archs import ARCHS
 from .catalogue import CATALOGUE, KernelConfig, selected
@@ -275,7 +275,9 @@ def kernel_tu(config: KernelConfig, v: Variant) -> str:
     )
 
 
-def kernel_table(arch: str, configs: Sequence[KernelConfig]) -> str:
+def kernel_table(arch: str, configs: Sequence[KernelConfig], chosen: Optional[dict] = None) -> str:
+    """The arch module's table; ``chosen`` maps a config name to the variants to list instead of
+    :func:`variants` (a JIT module builds only what its caller needs)."""
     decls, entries, schedules = [], [], []
     count = 0
     for c in configs:
@@ -285,7 +287,7 @@ def kernel_table(arch: str, configs: Sequence[KernelConfig]) -> str:
         )
         schedules.append(f'    {{"{c.name}", &gen::schedule_{sid}}},\n')
         low = lowering(arch, c.dtype)
-        for v in variants(c):
+        for v in (chosen[c.name] if chosen and c.name in chosen else variants(c)):
             kid = ident(f"{c.name}__{v.suffix}")
             decls.append(f"cudaError_t run_{kid}(GemmArgs const&, cudaStream_t);")
             entries.append(_ENTRY.substitute(
@@ -366,3 +368,28 @@ def generate(out_dir: os.PathLike, archs: Iterable[str], pattern: str | None = N
                 stale.unlink()
         result[arch] = files
     return result
+
+
+def jit_sources(out_dir: os.PathLike, config: KernelConfig, chosen: Sequence[Variant]) -> list[Path]:
+    """The translation units of a one-config arch module (persistent_gemm.jit): the same
+    templates as the build, for ``config`` (any valid spec, in the catalogue or not) and only
+    the variants in ``chosen``."""
+    if lowering(config.arch, config.dtype) is None:
+        raise ValueError(f"no lowering for {config.arch} {config.dtype}: no kernel to generate for {config.name}")
+    out = Path(out_dir)
+    files = [out / f"{config.name}__schedule.cu"]
+    _write(files[0], schedule_tu(config))
+    for v in chosen:
+        p = out / f"{config.name}__{v.suffix}.cu"
+        _write(p, kernel_tu(config, v))
+        files.append(p)
+    p = out / "kernel_table.cpp"
+    _write(p, kernel_table(config.arch, [config], chosen={config.name: list(chosen)}))
+    files.append(p)
+    p = out / "scale_layout.cu"
+    _write(p, _SCALE_LAYOUT_TU.substitute(arch=config.arch))
+    files.append(p)
+    p = out / "module.cpp"
+    _write(p, '#include "arch_module_main.h"\n')
+    files.append(p)
+    return files

@@ -11,7 +11,7 @@ from typing import Optional
 
 from .archs import ARCH_NAMES
 from .archs import ARCHS as ARCH_SPECS
-from .catalogue import MX_DTYPES
+from .catalogue import MX_DTYPES, KernelConfig
 from .schedule import check_int
 
 #: What :func:`explain` accepts (the C++ side knows the same names).
@@ -37,9 +37,22 @@ class Decision:
     swap_ab: bool = False  # the kernel computes D^T with the weight on the MMA's M side (MX decode, FP8 x FP4)
     sm_count: int = 0  # the SMs the estimate assumed
     cost_model_measured: bool = True  # False: the arch's constants are published peaks, not fitted (sm100a)
+    tuned: bool = False  # persistent_gemm.tune's winner for this problem decided, not the cost model
+    problem: tuple = ()  # (M, N, K) as asked
 
     def __str__(self) -> str:
         return "\n".join([f"chosen: {self.config}", *(f"  {line}" for line in self.log)])
+
+    def render(self, path, *, highlight=None):
+        """Draw the chosen config's schedule over this problem to ``path`` (see
+        :func:`persistent_gemm.schedule.plot`; a swap-AB kernel's grid is over (N, M))."""
+        from .schedule import default_workers, plot
+
+        cfg = KernelConfig.from_name(self.config)
+        M, N, _ = self.problem
+        gm, gn = (N, M) if self.swap_ab else (M, N)
+        return plot(cfg, gm, gn, path, workers=default_workers(self.sm_count, cfg.schedule), highlight=highlight,
+                    sm_count=self.sm_count)
 
 
 def _check_choice(name: str, value, choices: tuple) -> str:
@@ -77,8 +90,9 @@ def _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config
     if arch not in ARCHS:
         # Worded as the C++ side words an arch whose module is not built.
         raise ValueError(f"arch must be {' or '.join(ARCHS)}: no kernel module for arch {arch!r} exists")
-    if config is not None and not isinstance(config, str):
-        raise TypeError(f"config must be a canonical config name (str) or None, got {config!r} ({type(config).__name__})")
+    if config is not None and not isinstance(config, (str, KernelConfig)):
+        raise TypeError(f"config must be a canonical config name (str), a KernelConfig or None, got {config!r} "
+                        f"({type(config).__name__})")
     if not isinstance(use_fast_accum, bool):
         raise TypeError(f"use_fast_accum must be a bool, got {use_fast_accum!r} ({type(use_fast_accum).__name__})")
     if use_fast_accum and dtype != "e4m3":
@@ -88,7 +102,7 @@ def _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config
 
 def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[str] = None,
             layout: str = "rc", scale: str = "none", arch: str = "sm90a", sm_count: Optional[int] = None,
-            config: Optional[str] = None, use_fast_accum: bool = False) -> Decision:
+            config=None, use_fast_accum: bool = False, render=None) -> Decision:
     """The kernel ``mm``/``scaled_mm`` would pick for an (M, N, K) problem.
 
     ``M``, ``N``, ``K``: positive ints below 2^31. ``dtype``: ``"bf16"``, ``"fp16"`` (mm),
@@ -99,8 +113,11 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     them). ``arch``: ``"sm90a"`` or ``"sm100a"`` (its kernel module must be built).
     ``sm_count``: SMs of the target GPU; None takes the arch's reference part (archs.py: 132 for an
     H200, 148 for a B200). The sm100a cost model uses published B200 peaks, not measurements
-    (:attr:`Decision.cost_model_measured`). ``config``: a canonical config name
-    to force, or None to let the cost model choose.
+    (:attr:`Decision.cost_model_measured`). ``config``: a canonical config name or a
+    :class:`KernelConfig` to force (one that is not built is compiled first, as the ops do), or
+    None to let the cost model choose; a winner of :func:`persistent_gemm.tune` for this problem
+    decides before the cost model (:attr:`Decision.tuned`). ``render``: a path; the chosen
+    config's schedule over this problem is drawn there (:func:`persistent_gemm.schedule.plot`).
 
     ``use_fast_accum`` has torch._scaled_mm's meaning and applies to ``"e4m3"`` only: False
     (the default) picks kernels that promote FP8 partial sums into fp32 registers every few
@@ -120,10 +137,22 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     M, N, K, sm_count = _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config,
                                     use_fast_accum)
     out = out_dtype or ("bf16" if dtype in ("e4m3",) + MX_DTYPES else dtype)
-    d = require_extension().explain(arch, M, N, K, dtype, out, a_k_major=layout[0] == "r",
+    ext = require_extension()
+    if config is not None:
+        from . import jit
+
+        config = jit.resolve(config)
+        if config.dtype != dtype:
+            raise ValueError(f"config {config.name} is a {config.dtype} kernel; dtype is {dtype!r}")
+        config = jit.ensure(config)  # compiled if valid and not built (KernelNotBuiltError with PGEMM_JIT=0)
+    d = ext.explain(arch, M, N, K, dtype, out, a_k_major=layout[0] == "r",
                                     b_k_major=layout[1] == "c", scale=scale, sm_count=sm_count or 0, config=config,
                                     fast_accum=use_fast_accum)
-    return Decision(d["config"], d["tma_store"], d["copy_a"], d["copy_b"], d["pad_d"], d["pad_m"], d["estimate_us"],
-                    list(d["log"]), bool(d.get("fast_accum", False)), bool(d.get("swap_ab", False)),
-                    int(d.get("sm_count", sm_count or ARCH_SPECS[arch].sm_count)),
-                    bool(d.get("cost_model_measured", ARCH_SPECS[arch].cost.measured)))
+    dec = Decision(d["config"], d["tma_store"], d["copy_a"], d["copy_b"], d["pad_d"], d["pad_m"], d["estimate_us"],
+                   list(d["log"]), bool(d.get("fast_accum", False)), bool(d.get("swap_ab", False)),
+                   int(d.get("sm_count", sm_count or ARCH_SPECS[arch].sm_count)),
+                   bool(d.get("cost_model_measured", ARCH_SPECS[arch].cost.measured)), bool(d.get("tuned", False)),
+                   (M, N, K))
+    if render is not None:
+        dec.render(render)
+    return dec
