@@ -143,7 +143,7 @@ def cutlass_peer():
     return load(
         name="pgemm_cutlass_peer",
         sources=[str(root / "benchmarks" / "peers" / f"cutlass_sm90_stock.{ext}") for ext in ("cpp", "cu")],
-        extra_include_paths=build_flags.include_dirs(root, cutlass, cuda) + [str(cuda / "include")],
+        extra_include_paths=build_flags.include_dirs(root, cutlass, cuda),
         extra_cuda_cflags=build_flags.nvcc_flags(ARCHS["sm90a"].gencode),  # wgmma/TMA: the 'a' target
         extra_cflags=list(build_flags.CXX_FLAGS),
         verbose=False,

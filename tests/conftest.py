@@ -344,6 +344,23 @@ def strided_scaled_mm_cases(m=37, n=29, k=96, device="cpu") -> dict:
 STRIDED_SCALED_MM_CASES = ("a_expand_rows", "b_expand_cols", "both_expanded", "padded_leading_dims")
 
 
+# -- the scheduler's device walk ------------------------------------------------------------------
+def expected_device_walk(cfg, m: int, n: int, l: int, workers: int, like: torch.Tensor) -> torch.Tensor:
+    """What ``pg._C.device_schedule`` must return for ``cfg``, from the Python reference:
+    ``[worker, CTA in cluster, step] = (batch, tile row, tile col, in bounds)``, -1 elsewhere."""
+    grid = cfg.grid(m, n, batch=l)
+    cm, cn = cfg.schedule.cluster
+    expect = torch.full_like(like, -1)
+    for w in range(workers):
+        for v in grid.tiles_of(w, workers):
+            for rm in range(cm):
+                for rn in range(cn):
+                    mi, ni = v.cluster_row * cm + rm, v.cluster_col * cn + rn
+                    inb = int(mi < grid.tiles_m and ni < grid.tiles_n)
+                    expect[w, rm * cn + rn, v.step] = torch.tensor([v.batch, mi, ni, inb])
+    return expect
+
+
 # -- poisoned outputs -----------------------------------------------------------------------------
 def poisoned(fn, m: int, n: int, dtype: torch.dtype) -> torch.Tensor:
     """Run fn() with the extension's poison hook on: every kernel output buffer is NaN-filled

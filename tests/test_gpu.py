@@ -7,8 +7,6 @@ never writes shows up as NaN. scaled_mm is in test_gpu_scaled_mm.py; samples, op
 compile, autograd, empty extents, streams and graphs in test_gpu_ops.py.
 """
 
-import itertools
-
 import pytest
 import torch
 from conftest import (
@@ -19,6 +17,7 @@ from conftest import (
     config_out_dtypes,
     catalogue_config,
     check_mm,
+    expected_device_walk,
     operand,
     poisoned,
     randn,
@@ -43,16 +42,7 @@ def test_device_scheduler_matches_reference(name, shape):
     m, n, l, workers = shape
     cfg = catalogue_config(name)
     got = pg._C.device_schedule(name, m, n, l=l, workers=workers).cpu()
-    grid = cfg.grid(m, n, batch=l)
-    cm, cn = cfg.schedule.cluster
-    expect = torch.full_like(got, -1)
-    for w in range(workers):
-        for v in grid.tiles_of(w, workers):
-            for rm, rn in itertools.product(range(cm), range(cn)):
-                mi, ni = v.cluster_row * cm + rm, v.cluster_col * cn + rn
-                inb = int(mi < grid.tiles_m and ni < grid.tiles_n)
-                expect[w, rm * cn + rn, v.step] = torch.tensor([v.batch, mi, ni, inb])
-    torch.testing.assert_close(got, expect, rtol=0, atol=0)
+    torch.testing.assert_close(got, expected_device_walk(cfg, m, n, l, workers, got), rtol=0, atol=0)
 
 
 # -- mm ---------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from .prepare import PreparedWeight, prepare_weight
 from .quant import dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp4, quantize_mxfp8
 from .scale_layout import SCALE_LAYOUTS, from_blocked, to_blocked
 from .schedule import ScheduleGrid, TileSchedule
-from .tune import TuneResult, clear_tuning, load_tuning, tune
+from .tuning import TuneResult, clear_tuning, load_tuning, tune
 
 ARCH_MODULES = ARCH_NAMES  # one extension module _C_<arch> per archs.ARCHS entry
 

@@ -176,7 +176,7 @@ def _cmd_precompile(args: argparse.Namespace) -> int:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from . import jit
-    from .tune import tune
+    from .tuning import tune
 
     if not _need_extension("tune"):
         return 1
@@ -250,7 +250,7 @@ def _parser() -> argparse.ArgumentParser:
     pc.add_argument("configs", nargs="+", metavar="CONFIG", help="canonical config names")
     pc.set_defaults(func=_cmd_precompile)
 
-    from .tune import OPS, VARY
+    from .tuning import OPS, VARY
 
     t = sub.add_parser("tune", help="time candidate configs for a problem on this GPU and keep the fastest",
                        description="Time the configs that can run an M x N x K problem (built ones, optionally JIT "

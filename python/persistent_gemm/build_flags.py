@@ -71,7 +71,8 @@ def find_cutlass() -> tuple[Optional[Path], str]:
 
 
 def include_dirs(root: Path, cutlass: Path, cuda_home: Path) -> list[str]:
-    dirs = [root / "include", root / "csrc", cutlass / "include", cutlass / "tools" / "util" / "include"]
+    dirs = [root / "include", root / "csrc", cutlass / "include", cutlass / "tools" / "util" / "include",
+            cuda_home / "include"]
     cccl = cuda_home / "include" / "cccl"  # CUDA 13 moved libcu++ here; g++ needs it for CUTLASS
     if cccl.is_dir():
         dirs.append(cccl)

@@ -197,9 +197,13 @@ def _register(name: str, mod) -> None:
 
 def _compile(name: str, config: KernelConfig, sources: list[Path], build_dir: Path, cutlass: Path, home: Path):
     """Build and import the module in ``build_dir`` (torch's ninja build, our flags)."""
-    from torch.utils.cpp_extension import load
+    import torch.utils.cpp_extension as cpp
 
-    os.environ.setdefault("CUDA_HOME", str(home))
+    # torch fixed its CUDA_HOME when cpp_extension was first imported, from the folder above the
+    # first nvcc on PATH: wrong when that nvcc is a wrapper script (/usr/local/bin/nvcc).
+    if cpp.CUDA_HOME is None or not (Path(cpp.CUDA_HOME) / "include" / "cuda_runtime_api.h").is_file():
+        cpp.CUDA_HOME = str(home)
+    load = cpp.load
     try:
         return load(name=name, sources=[str(p) for p in sources], build_directory=str(build_dir),
                     extra_include_paths=build_flags.include_dirs(_ROOT, cutlass, home),

@@ -1,0 +1,268 @@
+"""Configs that are not built: code generation for any valid spec, the JIT's three errors, its
+cache (a real nvcc compile, a cache hit in a second process, the lock), the registry merge,
+tune's candidates and the tuning cache the dispatcher consults (CPU: no kernel runs here)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import persistent_gemm as pg
+from persistent_gemm import codegen, jit
+from persistent_gemm import tuning as tune
+from persistent_gemm.catalogue import CATALOGUE, ConfigError, KernelConfig
+from persistent_gemm.library import Variant
+from persistent_gemm.schedule import TileSchedule
+
+from conftest import FAST, REPO
+
+needs_ext = pytest.mark.skipif(not pg.extension_available(), reason="needs the built extension")
+#: The CI compile: column raster, swizzle 3, cluster 1x2 -- in no catalogue -- one variant.
+JIT_SPEC = KernelConfig(tile=(128, 64, 64), schedule=TileSchedule(swizzle=3, cluster=(1, 2), raster="column"),
+                        kernel="pingpong")
+JIT_VARIANTS = [Variant(True, True, "bf16")]
+
+
+def _valid_specs():
+    """Valid non-catalogue specs across arch, family, style, schedule."""
+    return st.builds(
+        lambda sw, cl, r, pick: pick(TileSchedule(swizzle=sw, cluster=cl, raster=r)),
+        st.integers(1, 16), st.sampled_from([(1, 1), (2, 1), (1, 2), (2, 2)]), st.sampled_from(["row", "column"]),
+        st.sampled_from([
+            lambda s: KernelConfig(tile=(128, 64, 64), schedule=s, kernel="pingpong"),
+            lambda s: KernelConfig(tile=(128, 128, 64), schedule=s, dtype="fp16"),
+            lambda s: KernelConfig(tile=(128, 128, 128), schedule=s, dtype="e4m3"),
+            lambda s: KernelConfig(tile=(64, 32, 128), schedule=s, kernel="pingpong", dtype="mxfp8", swap_ab=True),
+            lambda s: KernelConfig(tile=(64, 32, 128), schedule=s, kernel="pingpong", dtype="e4m3xe2m1",
+                                   swap_ab=True),
+        ]))
+
+
+# -- codegen for any valid spec -----------------------------------------------------------------
+@FAST
+@given(cfg=_valid_specs())
+def test_jit_sources_lower_any_valid_spec(cfg, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gen")
+    chosen = jit.variants_for(cfg)
+    files = codegen.jit_sources(out, cfg, chosen)
+    names = {p.name for p in files}
+    assert {"kernel_table.cpp", "module.cpp", "scale_layout.cu", f"{cfg.name}__schedule.cu"} <= names
+    assert {f"{cfg.name}__{v.suffix}.cu" for v in chosen} <= names and len(files) == 4 + len(chosen)
+    s = cfg.schedule
+    tag = (f"PersistentSchedule<{s.swizzle}, {s.cluster_m}, {s.cluster_n}, "
+           f"persistent_gemm::scheduler::Raster::{'Row' if s.raster == 'row' else 'Column'}>")
+    for v in chosen:
+        tu = (out / f"{cfg.name}__{v.suffix}.cu").read_text()
+        assert tag in tu and f"cute::Shape<cute::_{cfg.tile[0]}, cute::_{cfg.tile[1]}, cute::_{cfg.tile[2]}>" in tu
+    table = (out / "kernel_table.cpp").read_text()
+    assert table.count(f'{{"{cfg.name}", DType::') == len(chosen)
+    assert f'"{cfg.arch}"' in table
+
+
+def test_variants_for_serves_the_usual_outputs():
+    bf16 = jit.variants_for(JIT_SPEC)
+    assert Variant(True, True, "bf16") in bf16 and Variant(True, True, "fp32") in bf16
+    fp8 = jit.variants_for(KernelConfig(tile=(128, 128, 128), dtype="e4m3"))
+    assert {(v.scale, v.out) for v in fp8} == {("tensor", "bf16"), ("row", "bf16"), ("tensor", "fp32"), ("row", "fp32")}
+    assert all(v.a_k_major and v.b_k_major for v in bf16 + fp8)
+
+
+# -- the three errors ---------------------------------------------------------------------------
+@pytest.mark.parametrize("bad, match", [
+    ("nope", "unknown config 'nope'.*sm90a_bf16"),
+    ("sm90a_bf16_128x64x64_c1x2_sw3_column_zz", "unknown config"),
+    ("sm90a_bf16_96x64x64_c1x2_sw3_column_pp", "tile_m must be 64 or 128"),
+    ("sm90a_e4m3xe2m1_64x64x128_c1x1_sw8_row_pp", "must be swap_ab"),
+])
+def test_invalid_spec_is_a_config_error(bad, match):
+    with pytest.raises(ConfigError, match=f"(?s){match}"):
+        jit.resolve(bad)
+    with pytest.raises(TypeError, match="config must be"):
+        jit.resolve(3)
+
+
+@needs_ext
+def test_valid_but_not_built_with_jit_off(monkeypatch):
+    monkeypatch.setenv(jit.JIT_ENV, "0")
+    with pytest.raises(jit.KernelNotBuiltError, match=f"{JIT_SPEC.name} is valid but not built.*PGEMM_JIT=0"):
+        jit.ensure(JIT_SPEC)
+    built = pg._C.built_kernels()[0]["config"]
+    assert jit.ensure(built) == built  # a built config needs no compiler
+
+
+@needs_ext
+def test_compile_failure_carries_the_compiler_message(monkeypatch, tmp_path):
+    monkeypatch.setenv(jit.CACHE_ENV, str(tmp_path))
+
+    def broken(out, config, chosen):  # one TU, so the failing build is quick
+        p = Path(out) / "broken.cu"
+        p.write_text('#error "injected failure for the test"\n')
+        return [p]
+
+    monkeypatch.setattr(codegen, "jit_sources", broken)
+    spec = JIT_SPEC.schedule.replace(swizzle=5)
+    with pytest.raises(jit.JitCompileError, match="(?s)compiling .* failed.*injected failure for the test"):
+        jit.ensure(KernelConfig(tile=(128, 64, 64), schedule=spec, kernel="pingpong"), quiet=True)
+    assert not list(tmp_path.glob("*.so")) and not list(tmp_path.glob("build-*"))
+
+
+# -- the lock -----------------------------------------------------------------------------------
+def _build_once(root: str, log: str, barrier, results) -> None:
+    def build(tmp: Path) -> Path:
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(0.5)  # the other processes must find the lock taken
+        p = tmp / "x.so"
+        p.write_bytes(b"built")
+        return p
+
+    barrier.wait()
+    path, built = jit.cached_build(Path(root), "key", build)
+    results.put((str(path), built))
+
+
+def test_cached_build_builds_once_across_processes(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    log = tmp_path / "log"
+    barrier, results = ctx.Barrier(3), ctx.Queue()
+    procs = [ctx.Process(target=_build_once, args=(str(tmp_path), str(log), barrier, results)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert {path for path, _ in got} == {str(tmp_path / "key.so")}
+    assert sorted(built for _, built in got) == [False, False, True]  # one builder; the others waited
+    assert len(log.read_text().split()) == 1
+    assert (tmp_path / "key.so").read_bytes() == b"built"
+    assert not list(tmp_path.glob("build-*"))  # private build folders are removed
+
+
+# -- a real compile, the registry merge, a cache hit in a second process ---------------------------
+_SECOND = """
+import sys, time
+import persistent_gemm as pg
+from persistent_gemm import jit
+from persistent_gemm.library import Variant
+t = time.perf_counter()
+name = jit.ensure(sys.argv[1], variants=[Variant(True, True, "bf16")])
+print("took", time.perf_counter() - t)
+print("registered", name in {e["config"] for e in pg._C.built_kernels()})
+print("explained", pg.explain(512, 512, 512, config=name).config == name)
+"""
+
+
+@needs_ext
+@pytest.mark.skipif(jit.build_flags.find_cuda_home() is None, reason="needs nvcc")
+def test_jit_compiles_registers_and_a_second_process_hits_the_cache(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv(jit.CACHE_ENV, str(tmp_path))
+    assert JIT_SPEC.name not in {c.name for c in CATALOGUE}
+    gen0 = pg._C.registry_generation()
+    before = {e["config"] for e in pg._C.built_kernels()}
+    t = time.perf_counter()
+    assert jit.ensure(JIT_SPEC, variants=JIT_VARIANTS) == JIT_SPEC.name
+    compile_s = time.perf_counter() - t
+    err = capfd.readouterr().err
+    assert f"compiling {JIT_SPEC.name}" in err and "compiled in" in err
+    print(f"JIT compile of {JIT_SPEC.name}: {compile_s:.0f} s")
+    (so,) = tmp_path.glob("pgemm_jit_*.so")
+    # Merged into the arch's table beside the built kernels, once.
+    after = {e["config"] for e in pg._C.built_kernels()}
+    assert after == before | {JIT_SPEC.name} and pg._C.registry_generation() == gen0 + 1
+    pg._C.register_arch(jit._loaded[so.stem].arch_export())
+    assert pg._C.registry_generation() == gen0 + 1  # the same kernels again change nothing
+    d = pg.explain(4096, 4096, 4096, config=JIT_SPEC)
+    assert d.config == JIT_SPEC.name
+    mtime = so.stat().st_mtime_ns
+    p = subprocess.run([sys.executable, "-c", _SECOND, JIT_SPEC.name], capture_output=True, text=True,
+                       env={**os.environ, jit.CACHE_ENV: str(tmp_path)}, cwd=REPO, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "registered True" in p.stdout and "explained True" in p.stdout
+    assert "compiling" not in p.stderr  # a hit: loaded, not built
+    assert so.stat().st_mtime_ns == mtime and len(list(tmp_path.glob("pgemm_jit_*.so"))) == 1
+    took = float(p.stdout.split("took")[1].split()[0])
+    assert took < min(20.0, compile_s / 2), f"a cache hit took {took:.1f} s against a {compile_s:.0f} s compile"
+
+
+# -- ops: checks before anything is compiled -------------------------------------------------------
+@needs_ext
+def test_ops_refuse_a_wrong_family_before_compiling(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(jit, "ensure", lambda *a, **k: pytest.fail("must not compile"))
+    a, b = torch.randn(4, 64, dtype=torch.bfloat16), torch.randn(64, 8, dtype=torch.bfloat16)
+    fp8 = KernelConfig(tile=(128, 128, 128), dtype="e4m3", schedule=TileSchedule(swizzle=5))
+    with pytest.raises(ValueError, match="is a e4m3 kernel; these operands need a bf16 kernel"):
+        pg.mm(a, b, config=fp8)
+    # CPU tensors run the reference: a valid spec that is not built has nothing to compile.
+    ref = (a.float() @ b.float()).to(torch.bfloat16)
+    unbuilt = KernelConfig(tile=(64, 64, 64), schedule=TileSchedule(swizzle=6, raster="column"), kernel="pingpong")
+    assert torch.equal(pg.mm(a, b, config=unbuilt), ref)
+
+
+# -- tune: candidates and the tuning cache ---------------------------------------------------------
+def test_jit_candidates_are_valid_distinct_and_near_the_base():
+    base = next(c for c in CATALOGUE if c.name == "sm90a_bf16_128x64x64_c1x2_sw8_row_pp")
+    built = {c.name for c in CATALOGUE}
+    cands = tune.jit_candidates(base, limit=50, exclude=built)
+    names = [c.name for c in cands]
+    assert len(names) == len(set(names)) and not set(names) & built and base.name not in names
+    assert all(c.dtype == base.dtype and c.arch == base.arch for c in cands)
+    only_sched = tune.jit_candidates(base, vary=("raster",), limit=50)
+    assert [c.schedule.raster for c in only_sched] == ["column"] and only_sched[0].tile == base.tile
+    assert len(tune.jit_candidates(base, limit=3)) == 3
+    with pytest.raises(ValueError, match="vary must name knobs"):
+        tune.jit_candidates(base, vary=("colour",))
+
+
+def _entry(config: str, **kw) -> dict:
+    e = dict(arch="sm90a", sm_count=132, device="test", M=1000, N=2000, K=3000, dtype="bf16", out_dtype="bf16",
+             layout="rc", scale="none", use_fast_accum=False, config=config, us=1.0, when="now")
+    e.update(kw)
+    return e
+
+
+@needs_ext
+@pytest.mark.skipif("sm90a" not in (pg._C.registered_arches() if pg._C else []), reason="needs sm90a kernels")
+def test_tuned_winner_decides_before_the_cost_model(tmp_path, monkeypatch):
+    monkeypatch.setenv(jit.CACHE_ENV, str(tmp_path))
+    names = sorted({e["config"] for e in pg._C.built_kernels() if e["config"].startswith("sm90a_bf16_")
+                    and e["a_k_major"] and e["b_k_major"] and e["d_dtype"] == 0})
+    default = pg.explain(1000, 2000, 3000)
+    assert not default.tuned
+    other = next((n for n in names if n != default.config), None)
+    if other is None:
+        pytest.skip("one bf16 config built: nothing else to tune to")
+    try:
+        tune._persist(_entry(other))
+        tune._persist(_entry(other, M=7))  # another problem: stays apart
+        tune._persist(_entry("sm90a_bf16_128x64x64_c1x2_sw11_column_pp"))  # neither built nor cached: skipped
+        assert len(tune._read(tune.tuning_path())) == 2  # the third replaced the first (same problem)
+        tune._persist(_entry(other))
+        assert tune.load_tuning() == 2
+        d = pg.explain(1000, 2000, 3000)
+        assert d.tuned and d.config == other and d.log[0].startswith("tuned: " + other)
+        assert not pg.explain(1000, 2000, 3001).tuned  # another problem
+        assert not pg.explain(1000, 2000, 3000, sm_count=100).tuned  # another GPU size
+        assert pg.explain(1000, 2000, 3000, config=default.config).config == default.config  # forcing wins
+    finally:
+        pg.clear_tuning()
+    assert not pg.explain(1000, 2000, 3000).tuned and tune._read(tune.tuning_path()) == []
+
+
+def test_tune_argument_errors():
+    if not pg.extension_available():
+        pytest.skip("needs the built extension")
+    with pytest.raises(ValueError, match="op must be one of"):
+        pg.tune(8, 8, 8, op="bmm")
+    with pytest.raises(ValueError, match="dtype must be bf16 or fp16 for op 'mm'"):
+        pg.tune(8, 8, 8, dtype="e4m3")
