@@ -3,6 +3,7 @@
 #include "text.h"
 
 #include <cstring>
+#include <unordered_set>
 
 #include <c10/util/Exception.h>
 
@@ -115,16 +116,31 @@ ScaleLayouts parse_scale_layouts(char const* op, c10::string_view layout,
   return {a, parse_scale_layout(op, *b_layout, "b_scale_layout"), "b_scale_layout"};
 }
 
+namespace {
+// Catalogue configs, and configs registered in this process (built, or JIT-compiled by
+// persistent_gemm.jit). A per-thread set, rebuilt when the registry changes: this is on the
+// path of every call that forces a config.
+bool known_config(std::string const& name) {
+  thread_local uint64_t generation = ~uint64_t(0);
+  thread_local std::unordered_set<std::string> names;
+  uint64_t const now = registry_generation();
+  if (now != generation) {
+    names.clear();
+    for (auto const& row : host::catalogue())
+      if (row.in_catalogue) names.insert(row.name);
+    for (auto const& mod : registered_arches())
+      for (int i = 0; i < mod.table->count; ++i) names.insert(mod.table->entries[i].config);
+    generation = now;
+  }
+  return names.count(name) != 0;
+}
+}  // namespace
+
 void check_config(char const* op, std::optional<c10::string_view> config,
                   std::initializer_list<char const*> families) {
   if (!config.has_value()) return;
   std::string const name(config->data(), config->size());
-  // Catalogue configs, and configs JIT-compiled in this process (persistent_gemm.jit).
-  bool known = false;
-  for (auto const& row : host::catalogue()) known = known || (row.in_catalogue && name == row.name);
-  for (auto const& mod : registered_arches())
-    for (int i = 0; i < mod.table->count && !known; ++i) known = name == mod.table->entries[i].config;
-  if (known) {
+  if (known_config(name)) {
     // Canonical names are <arch>_<dtype>_...: the dtype field must match the op.
     std::string const rest = name.substr(name.find('_') + 1);
     std::string const family = rest.substr(0, rest.find('_'));

@@ -25,9 +25,13 @@ from persistent_gemm.schedule import TileSchedule
 from conftest import FAST, REPO
 
 needs_ext = pytest.mark.skipif(not pg.extension_available(), reason="needs the built extension")
-#: The CI compile: column raster, swizzle 3, cluster 1x2 -- in no catalogue -- one variant.
-JIT_SPEC = KernelConfig(tile=(128, 64, 64), schedule=TileSchedule(swizzle=3, cluster=(1, 2), raster="column"),
+#: The CI compile: column raster, swizzle 5, cluster 1x2 -- in no catalogue, and not the spec the
+#: GPU tests compile (a pytest run of both files shares one process) -- one variant.
+JIT_SPEC = KernelConfig(tile=(128, 64, 64), schedule=TileSchedule(swizzle=5, cluster=(1, 2), raster="column"),
                         kernel="pingpong")
+#: Compiled by no test.
+NEVER_BUILT = KernelConfig(tile=(128, 64, 64), schedule=TileSchedule(swizzle=7, cluster=(1, 2), raster="column"),
+                           kernel="pingpong")
 JIT_VARIANTS = [Variant(True, True, "bf16")]
 
 
@@ -92,8 +96,8 @@ def test_invalid_spec_is_a_config_error(bad, match):
 @needs_ext
 def test_valid_but_not_built_with_jit_off(monkeypatch):
     monkeypatch.setenv(jit.JIT_ENV, "0")
-    with pytest.raises(jit.KernelNotBuiltError, match=f"{JIT_SPEC.name} is valid but not built.*PGEMM_JIT=0"):
-        jit.ensure(JIT_SPEC)
+    with pytest.raises(jit.KernelNotBuiltError, match=f"{NEVER_BUILT.name} is valid but not built.*PGEMM_JIT=0"):
+        jit.ensure(NEVER_BUILT)
     built = pg._C.built_kernels()[0]["config"]
     assert jit.ensure(built) == built  # a built config needs no compiler
 
@@ -108,7 +112,7 @@ def test_compile_failure_carries_the_compiler_message(monkeypatch, tmp_path):
         return [p]
 
     monkeypatch.setattr(codegen, "jit_sources", broken)
-    spec = JIT_SPEC.schedule.replace(swizzle=5)
+    spec = NEVER_BUILT.schedule.replace(swizzle=9)
     with pytest.raises(jit.JitCompileError, match="(?s)compiling .* failed.*injected failure for the test"):
         jit.ensure(KernelConfig(tile=(128, 64, 64), schedule=spec, kernel="pingpong"), quiet=True)
     assert not list(tmp_path.glob("*.so")) and not list(tmp_path.glob("build-*"))

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Optional, Union
 
 import torch
 
+from . import jit as _jit
+
 if TYPE_CHECKING:
     from .catalogue import KernelConfig
 
@@ -117,9 +119,7 @@ def _config(config: ConfigArg, op: str, family: str, device: torch.device) -> Op
         return None
     if torch.compiler.is_compiling():
         return config if isinstance(config, str) else config.name
-    from . import jit
-
-    return jit.runnable(config, op=op, family=family, device=device)
+    return _jit.runnable(config, op=op, family=family, device=device)
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = None,

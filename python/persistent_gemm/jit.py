@@ -43,7 +43,7 @@ CACHE_ENV = "PGEMM_CACHE_DIR"
 _ROOT = Path(__file__).resolve().parents[2]  # the source checkout (pip install -e)
 _loaded: dict[str, object] = {}  # module name -> module: kept alive, and loaded once per process
 _registered: set[str] = set()
-_memo: dict = {}  # config (name or spec) -> canonical name, for the current registry generation
+_by_id: dict = {}  # id(KernelConfig) -> (that object, its canonical name): the op path's memo
 _generation = -1
 
 
@@ -86,28 +86,29 @@ def registered_configs() -> set[str]:
     ext = require_extension()
     gen = ext.registry_generation()
     if gen != _generation:
-        _registered.clear()
-        _registered.update(e["config"] for e in ext.built_kernels())
-        _memo.clear()
+        _registered.update(e["config"] for e in ext.built_kernels())  # only ever grows
         _generation = gen
     return _registered
 
 
 def runnable(config: Union[str, KernelConfig, None], *, op: str, family: str, device=None) -> Optional[str]:
     """The op path's question: ``config`` as the canonical name the dispatcher knows, making it
-    runnable first if it is not (:func:`ensure`). A (config, op, family, device) seen before
-    costs one dict lookup and one call into ``_C`` (the registry generation). Before anything
-    is compiled, the config must be of the op's dtype ``family`` and of the device's arch."""
+    runnable first if it is not (:func:`ensure`). Before anything is compiled, the config must
+    be of the op's dtype ``family`` and of the device's arch (C++ checks both again for names
+    already registered). A registered name, or a spec object seen before, costs a set or dict
+    lookup: registered kernels stay registered for the life of the process."""
     if config is None:
         return None
-    registered_configs()  # forgets the memo when the registry changed
-    key = (config, family, str(device))
-    try:
-        hit = _memo.get(key)
-    except TypeError:  # unhashable: resolve() says what a config must be
-        hit = None
-    if hit is not None:
-        return hit
+    if type(config) is str:
+        if config in _registered:
+            return config
+    else:
+        hit = _by_id.get(id(config))
+        if hit is not None and hit[0] is config:
+            return hit[1]
+    registered_configs()  # refresh after registrations elsewhere
+    if type(config) is str and config in _registered:
+        return config
     cfg = resolve(config)
     if cfg.dtype != family:
         raise ValueError(f"{op}: config {cfg.name} is a {cfg.dtype} kernel; these operands need a {family} kernel")
@@ -126,7 +127,8 @@ def runnable(config: Union[str, KernelConfig, None], *, op: str, family: str, de
 
         return cfg.name if cfg.name in by_name() or cfg.name in registered_configs() else None
     name = ensure(cfg)
-    _memo[key] = name
+    if isinstance(config, KernelConfig):
+        _by_id[id(config)] = (config, name)  # holds the object, so its id is not reused
     return name
 
 
