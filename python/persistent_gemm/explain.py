@@ -141,10 +141,13 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     if config is not None:
         from . import jit
 
-        config = jit.resolve(config)
-        if config.dtype != dtype:
-            raise ValueError(f"config {config.name} is a {config.dtype} kernel; dtype is {dtype!r}")
-        config = jit.ensure(config)  # compiled if valid and not built (KernelNotBuiltError with PGEMM_JIT=0)
+        cfg = jit.resolve(config)
+        if cfg.name in jit.registered_configs():
+            config = cfg.name  # C++ says whether it can serve this problem
+        elif cfg.dtype != dtype:  # refused before compiling anything
+            raise ValueError(f"config {cfg.name} is a {cfg.dtype} kernel; dtype is {dtype!r}")
+        else:
+            config = jit.ensure(cfg)  # compiled if valid and not built (KernelNotBuiltError with PGEMM_JIT=0)
     d = ext.explain(arch, M, N, K, dtype, out, a_k_major=layout[0] == "r",
                                     b_k_major=layout[1] == "c", scale=scale, sm_count=sm_count or 0, config=config,
                                     fast_accum=use_fast_accum)
