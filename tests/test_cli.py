@@ -113,3 +113,29 @@ def test_cli_schedule_does_not_import_the_extension():
     assert p.returncode == 0, p.stderr
     loaded = eval(p.stdout.strip().splitlines()[-1])
     assert set(loaded) <= {"persistent_gemm.__main__", "persistent_gemm.schedule", "persistent_gemm.catalogue"}, loaded
+
+
+def test_cli_schedule_picture_options(tmp_path, capsys):
+    out = tmp_path / "o.png"
+    rc, _, err = _main(capsys, "schedule", "--m", "2000", "--n", "3000", "--config",
+                       "sm90a_bf16_128x64x64_c1x2_sw3_column_pp", "--color-by", "worker", "--highlight", "3x5",
+                       "--out", str(out))
+    if not _has_matplotlib():
+        return
+    assert rc == 0 and out.read_bytes()[:8] == PNG_MAGIC, err
+    rc, _, err = _main(capsys, "schedule", "--m", "2000", "--n", "3000", "--highlight", "99x0", "--out", str(out))
+    assert rc == 2 and "outside the" in err
+
+
+def test_cli_precompile_and_tune_errors(capsys):
+    import persistent_gemm as pg
+
+    rc, _, err = _main(capsys, "precompile", "sm90a_bf16_nope")
+    if not pg.extension_available():
+        assert rc == 1 and "compiled extension" in err
+        return
+    assert rc == 2 and "unknown config 'sm90a_bf16_nope'" in err
+    rc, _, err = _main(capsys, "tune", "--m", "64", "--n", "64", "--k", "64", "--op", "mm", "--dtype", "e4m3")
+    assert rc == 2 and "dtype must be bf16 or fp16" in err
+    rc, _, err = _main(capsys, "tune", "--m", "64", "--n", "64", "--k", "64", "--reps", "0")
+    assert rc == 2 and "--reps must be >= 1" in err

@@ -181,3 +181,34 @@ def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
         monkeypatch.setitem(sys.modules, mod, None)
     with pytest.raises(ImportError, match=r"pip install matplotlib.*persistent_gemm\[plot\]"):
         sch.plot(CATALOGUE[0], 1024, 1024, tmp_path / "x.png")
+
+
+def test_plot_colours_by_worker_and_outlines_a_tile(tmp_path):
+    pytest.importorskip("matplotlib")
+    cfg = "sm90a_bf16_128x64x64_c1x2_sw3_column_pp"  # any spec: it need not be built
+    p = tmp_path / "w.png"
+    assert sch.plot(cfg, 2000, 3000, p, workers=9, color_by="worker", highlight=(3, 5)) == p
+    assert p.read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(ValueError, match="color_by must be 'wave' or 'worker'"):
+        sch.plot(cfg, 2000, 3000, p, color_by="step")
+    with pytest.raises(ValueError, match=r"highlight=\(16, 0\) is outside the 16 x 47 tile grid"):
+        sch.plot(cfg, 2000, 3000, p, highlight=(16, 0))
+    with pytest.raises(TypeError, match="highlight must be a"):
+        sch.plot(cfg, 2000, 3000, p, highlight=3)
+
+
+def test_wave_edges_separate_exactly_the_tiles_of_different_waves():
+    # 2 x 2 tiles, row raster, one row per panel, 2 workers: row 0 is wave 0, row 1 wave 1.
+    step, _ = sch.visit_grid(KernelConfig(tile=(128, 64, 64), kernel="pingpong",
+                                          schedule=TileSchedule(swizzle=1, cluster=(1, 1))), 256, 128, 2)
+    assert step == [[0, 0], [1, 1]]
+    assert sorted(sch.wave_edges(step)) == [((0.5, 0.5), (-0.5, 0.5)), ((0.5, 0.5), (0.5, 1.5))]
+    cfg = KernelConfig(tile=(128, 64, 64), kernel="pingpong", schedule=TileSchedule(swizzle=3, cluster=(1, 2)))
+    step, _ = sch.visit_grid(cfg, 1300, 900, 7)
+    edges = set(sch.wave_edges(step))
+    for m in range(len(step)):
+        for n in range(len(step[0])):
+            if n + 1 < len(step[0]):
+                assert (((m - 0.5, m + 0.5), (n + 0.5, n + 0.5)) in edges) == (step[m][n] != step[m][n + 1])
+            if m + 1 < len(step):
+                assert (((m + 0.5, m + 0.5), (n - 0.5, n + 0.5)) in edges) == (step[m][n] != step[m + 1][n])

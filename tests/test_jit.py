@@ -270,3 +270,12 @@ def test_tune_argument_errors():
         pg.tune(8, 8, 8, op="bmm")
     with pytest.raises(ValueError, match="dtype must be bf16 or fp16 for op 'mm'"):
         pg.tune(8, 8, 8, dtype="e4m3")
+
+
+@needs_ext
+@pytest.mark.skipif("sm90a" not in (pg._C.registered_arches() if pg._C else []), reason="needs sm90a kernels")
+def test_explain_renders_what_it_chose(tmp_path):
+    pytest.importorskip("matplotlib")
+    p = tmp_path / "chosen.png"
+    d = pg.explain(3000, 5000, 4096, render=p)
+    assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and d.problem == (3000, 5000, 4096)
