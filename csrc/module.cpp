@@ -29,11 +29,14 @@ void check_shape(int m, int n, int l, int workers) {
   TORCH_CHECK_VALUE(workers >= 1, msg("workers must be >= 1, got ", workers));
 }
 
-// (rows, 5) int32: worker, step, batch, cluster_row, cluster_col. Host C++ scheduler.
-at::Tensor schedule_order(std::string const& name, int m, int n, int l, int workers) {
+// (rows, 8) int32: worker, step, batch, cluster_row, cluster_col, split, k_tile_begin,
+// k_tile_end. Host C++ scheduler.
+at::Tensor schedule_order(std::string const& name, int m, int n, int l, int workers, int k_tiles) {
   check_shape(m, n, l, workers);
-  auto rows = find_config(name).order(m, n, l, workers);
-  auto t = at::empty({int64_t(rows.size() / 5), 5}, at::kInt);
+  TORCH_CHECK_VALUE(k_tiles >= 1, msg("k_tiles must be >= 1, got ", k_tiles));
+  auto rows = find_config(name).order(m, n, l, k_tiles, workers);
+  int64_t const cols = host::kOrderColumns;
+  auto t = at::empty({int64_t(rows.size()) / cols, cols}, at::kInt);
   std::memcpy(t.data_ptr(), rows.data(), rows.size() * sizeof(int32_t));
   return t;
 }
@@ -224,7 +227,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_poison_outputs", &set_poison_outputs,
         "tests: NaN-fill every kernel output buffer before the launch, so unwritten tiles show");
   m.def("schedule_order", &schedule_order, py::arg("config"), py::arg("m"), py::arg("n"),
-        py::arg("l") = 1, py::arg("workers"));
+        py::arg("l") = 1, py::arg("workers"), py::arg("k_tiles") = 1);
   m.def("device_schedule", &device_schedule, py::arg("config"), py::arg("m"), py::arg("n"),
         py::arg("l") = 1, py::arg("workers"), py::arg("device") = 0);
 }

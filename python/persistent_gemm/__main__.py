@@ -36,6 +36,7 @@ _CONFIG_DEFAULTS = {
     "dtype": "bf16",
     "arch": "sm90a",
     "stages": None,
+    "split_k": None,
 }
 _KERNEL_ALIASES = {"coop": "cooperative", "pp": "pingpong"}
 
@@ -76,7 +77,8 @@ def _build_config(args: argparse.Namespace):
     if kernel is None:
         kernel = ARCHS[v["arch"]].default_style if v["arch"] in ARCHS else KERNEL_STYLES.get(v["arch"], ("cooperative",))[0]
     kernel = _KERNEL_ALIASES.get(kernel, kernel)
-    schedule = TileSchedule(swizzle=v["swizzle"], cluster=_ints(v["cluster"], 2, "--cluster"), raster=v["raster"])
+    schedule = TileSchedule(swizzle=v["swizzle"], cluster=_ints(v["cluster"], 2, "--cluster"), raster=v["raster"],
+                            split_k=v["split_k"] or 1)
     return KernelConfig(
         tile=_ints(v["tile"], 3, "--tile"),
         schedule=schedule,
@@ -108,7 +110,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
         workers = sch.default_workers(args.sms, s)
         how = f"{args.sms} SMs / {s.cluster_m * s.cluster_n}-CTA clusters"
     try:
-        g = config.grid(args.m, args.n)
+        g = config.grid(args.m, args.n, K=args.k)
         if g.num_ids > MAX_IDS:
             raise ValueError(f"--m {args.m} --n {args.n} make {g.num_ids} cluster ids; this tool walks each "
                              f"one and stops at {MAX_IDS}")
@@ -126,14 +128,18 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
         f"grid      tiles Mt x Nt = {g.tiles_m} x {g.tiles_n} ({config.cta_tile[0]}x{config.cta_tile[1]} per CTA), "
         f"clusters Mc x Nc = {g.clusters_m} x {g.clusters_n} ({s.cluster_m}x{s.cluster_n}), ids = {g.num_ids}"
     )
+    if g.splits > 1:
+        print(f"split-K   {g.splits} units per tile, each a range of the {g.k_tiles} K-tiles (walked, not yet run "
+              f"by a kernel)")
     print(f"workers   {workers} ({how}); waves = {waves} (last wave {last} ids)")
-    print("footprint (distinct A row-panels / B column-panels per wave, full K)")
+    print("footprint (distinct A row-panels / B column-panels per wave, "
+          + ("per K range)" if g.splits > 1 else "full K)"))
     print("  " + sch.format_summary(summary).replace("\n", "\n  "))
     if args.per_wave:
         print(sch.format_footprint(fps))
     if args.out:
         try:
-            path = sch.plot(config, args.m, args.n, args.out, workers=workers, color_by=args.color_by,
+            path = sch.plot(config, args.m, args.n, args.out, workers=workers, color_by=args.color_by, K=args.k,
                             highlight=args.highlight)
         except ImportError as e:
             print(f"error: {e}", file=sys.stderr)
@@ -234,6 +240,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--dtype", choices=DTYPES, help="default bf16")
     q.add_argument("--arch", choices=ARCH_NAMES, help=f"default {_CONFIG_DEFAULTS['arch']}")
     q.add_argument("--stages", type=int, help="pipeline stages (default: auto)")
+    q.add_argument("--split-k", type=int, help="work units per tile, each a K range (default 1; walked and "
+                   "pictured, no kernel runs it yet)")
     w = q.add_mutually_exclusive_group()
     w.add_argument("--workers", type=int, help="persistent workers (clusters)")
     w.add_argument("--sms", type=int, default=132, help="SM count; workers = sms // cluster size (default 132)")

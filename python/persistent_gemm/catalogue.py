@@ -211,10 +211,23 @@ class KernelConfig:
         tm, tn, _ = self.tile
         return (tm // 2, tn) if self.kernel == "2sm" else (tm, tn)
 
-    def grid(self, M: int, N: int, batch: int = 1):
-        """This config's schedule bound to an (M, N) problem, in CTA tiles. The extents are the
-        kernel's: for a ``swap_ab`` config, which computes D^T, pass the op's (N, M)."""
-        return self.schedule.over(M, N, self.cta_tile, batch=batch)
+    def grid(self, M: int, N: int, batch: int = 1, K: Optional[int] = None):
+        """This config's schedule bound to an (M, N) problem, in CTA tiles (and, given ``K``,
+        its K-tiles, which split-K divides). The extents are the kernel's: for a ``swap_ab``
+        config, which computes D^T, pass the op's (N, M)."""
+        return self.schedule.over(M, N, (*self.cta_tile, self.tile[2]), batch=batch, K=K)
+
+    def kernel_rejection(self) -> Optional[str]:
+        """Why no kernel can be generated for this (valid) config, or None. A valid config can
+        always be named, walked, pictured and parity-tested; only these cannot be compiled."""
+        from .library import lowering
+
+        if self.schedule.split_k > 1:
+            return (f"split_k={self.schedule.split_k}: the scheduler walks split-K schedules (K range per work "
+                    f"unit, parity-tested), but no kernel reduces K ranges yet, so {self.name} cannot be built")
+        if lowering(self.arch, self.dtype) is None:
+            return f"no kernel lowering exists for {self.arch} {self.dtype}"
+        return None
 
     # -- naming ----------------------------------------------------------------------------
     @property
@@ -228,8 +241,10 @@ class KernelConfig:
             f"c{s.cluster_m}x{s.cluster_n}",
             f"sw{s.swizzle}",
             s.raster,
-            _STYLE_TOKEN[self.kernel],
         ]
+        if s.split_k > 1:
+            parts.append(f"sk{s.split_k}")
+        parts.append(_STYLE_TOKEN[self.kernel])
         if self.swap_ab:
             parts.append(_SWAP_TOKEN)
         if self.accum == "fast":
@@ -248,12 +263,16 @@ class KernelConfig:
         if not m:
             raise ConfigError(
                 f"config name {name!r} is not of the form "
-                "<arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>_<coop|pp|1sm|2sm>[_swapab][_fastacc][_s<stages>]"
+                "<arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>[_sk<split_k>]_<coop|pp|1sm|2sm>"
+                "[_swapab][_fastacc][_s<stages>]"
             )
         g = m.groupdict()
+        if g["sk"] is not None and int(g["sk"]) == 1:
+            raise ConfigError(f"config name {name!r}: split_k=1 is written without the _sk token")
         try:
             schedule = TileSchedule(
-                swizzle=int(g["sw"]), cluster=(int(g["cm"]), int(g["cn"])), raster=g["raster"]
+                swizzle=int(g["sw"]), cluster=(int(g["cm"]), int(g["cn"])), raster=g["raster"],
+                split_k=int(g["sk"]) if g["sk"] else 1,
             )
         except (TypeError, ValueError) as e:
             raise ConfigError(f"config name {name!r}: {e}") from None
@@ -288,7 +307,7 @@ class KernelConfig:
             "raster": f"persistent_gemm::scheduler::Raster::{raster}",
             "schedule_tag": (
                 f"persistent_gemm::scheduler::PersistentSchedule<{s.swizzle}, {s.cluster_m}, {s.cluster_n}, "
-                f"persistent_gemm::scheduler::Raster::{raster}>"
+                f"persistent_gemm::scheduler::Raster::{raster}" + (f", {s.split_k}>" if s.split_k > 1 else ">")
             ),
             "stages": "0" if self.stages is None else str(self.stages),
             "kernel_style": {
@@ -306,7 +325,7 @@ class KernelConfig:
 
 _NAME_RE = re.compile(
     rf"(?P<arch>{'|'.join(ARCHS)})_(?P<dtype>bf16|fp16|e4m3xe2m1|e4m3|mxfp8)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)"
-    r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)_(?P<style>coop|pp|1sm|2sm)(?P<swap>_swapab)?(?P<accum>_fastacc)?(?:_s(?P<stages>\d+))?"
+    r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)(?:_sk(?P<sk>\d+))?_(?P<style>coop|pp|1sm|2sm)(?P<swap>_swapab)?(?P<accum>_fastacc)?(?:_s(?P<stages>\d+))?"
 )
 
 

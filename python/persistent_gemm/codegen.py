@@ -219,6 +219,11 @@ def _probe_schedules() -> tuple[KernelConfig, ...]:
             for raster in ("row", "column"):
                 sched = TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster)
                 probes.append(KernelConfig(tile=(128, 64, 64), schedule=sched, kernel="pingpong"))
+    # Split-K: the K range of each unit, with clusters and both rasters (host walk only).
+    for swizzle, cluster, raster, split_k in ((1, (1, 1), "row", 2), (3, (2, 1), "column", 3),
+                                               (8, (1, 2), "row", 4), (2, (2, 2), "column", 16)):
+        sched = TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster, split_k=split_k)
+        probes.append(KernelConfig(tile=(128, 64, 64), schedule=sched, kernel="pingpong"))
     names = {c.name for c in CATALOGUE}
     return tuple(p for p in probes if p.name not in names)
 
@@ -239,9 +244,10 @@ def schedule_tu(config: KernelConfig) -> str:
 
 
 def kernel_tu(config: KernelConfig, v: Variant) -> str:
+    why = config.kernel_rejection()
+    if why:
+        raise ValueError(f"no kernel to generate for {config.name}: {why}")
     low = lowering(config.arch, config.dtype)
-    if low is None:
-        raise ValueError(f"no lowering for {config.arch} {config.dtype}: no kernel to generate for {config.name}")
     ta = config.template_args()
     if low.tu == "sm100_mx":
         return _SM100_MX_KERNEL_TU.substitute(

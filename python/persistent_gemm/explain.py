@@ -49,10 +49,10 @@ class Decision:
         from .schedule import default_workers, plot
 
         cfg = KernelConfig.from_name(self.config)
-        M, N, _ = self.problem
+        M, N, K = self.problem
         gm, gn = (N, M) if self.swap_ab else (M, N)
         return plot(cfg, gm, gn, path, workers=default_workers(self.sm_count, cfg.schedule), highlight=highlight,
-                    sm_count=self.sm_count)
+                    sm_count=self.sm_count, K=K)
 
 
 def _check_choice(name: str, value, choices: tuple) -> str:

@@ -249,6 +249,9 @@ def ensure(config: Union[str, KernelConfig], *, quiet: bool = False, allow_compi
     cfg = resolve(config)
     if cfg.name in registered_configs():
         return cfg.name
+    why = cfg.kernel_rejection()
+    if why:
+        raise ConfigError(f"config {cfg.name} is a valid schedule but cannot be compiled: {why}")
     if not enabled():
         raise KernelNotBuiltError(
             f"config {cfg.name} is valid but not built into this install, and {JIT_ENV}=0 turns off compiling it "

@@ -20,6 +20,13 @@ Semantics (one iteration clock, identical in Python and in
 
 For a 1x1 cluster and row raster this is the order of Triton's ``GROUP_SIZE_M`` and of
 DeepGEMM's grouped swizzle.
+
+* Split-K (``split_k = S > 1``): each cluster coordinate is ``S' = min(S, Kt)`` work units
+  (``Kt = ceil(K / tile_k)`` K-tiles), unit ``s`` reducing the K-tiles
+  ``[s * Kt // S', (s + 1) * Kt // S')``. Linear id ``t`` is unit ``t % S'`` of the cluster
+  coordinate ``coord`` gives for ``t // S'``, so a tile's units are consecutive on the clock and
+  run side by side in one wave. The kernels do not consume K ranges yet
+  (:meth:`~persistent_gemm.catalogue.KernelConfig.kernel_rejection`).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ Raster = Literal["row", "column"]
 CLUSTER_EXTENTS = (1, 2, 4)
 MAX_CLUSTER_SIZE = 8
 MAX_SWIZZLE = 64
+MAX_SPLIT_K = 16
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -78,6 +86,9 @@ class TileSchedule:
     raster : {"row", "column"}
         ``"row"``: consecutive panels go down M, and inside a panel ids move along N after
         covering the panel's rows. ``"column"``: the transpose.
+    split_k : int
+        Work units per output tile, each reducing a contiguous range of K-tiles (module
+        docstring); ``1`` (the default) is one unit per tile. Must be in ``[1, 16]``.
 
     Examples
     --------
@@ -104,6 +115,7 @@ class TileSchedule:
     swizzle: int = 1
     cluster: tuple[int, int] = (1, 1)
     raster: Raster = "row"
+    split_k: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.swizzle, bool) or not isinstance(self.swizzle, int):
@@ -123,6 +135,10 @@ class TileSchedule:
         object.__setattr__(self, "cluster", cluster)
         if not isinstance(self.raster, str) or self.raster not in ("row", "column"):
             raise ValueError(f"raster must be 'row' or 'column', got {self.raster!r}")
+        if isinstance(self.split_k, bool) or not isinstance(self.split_k, int):
+            raise TypeError(f"split_k must be an int, got {self.split_k!r}")
+        if not 1 <= self.split_k <= MAX_SPLIT_K:
+            raise ValueError(f"split_k must be in [1, {MAX_SPLIT_K}], got {self.split_k}")
 
     @property
     def cluster_m(self) -> int:
@@ -132,27 +148,37 @@ class TileSchedule:
     def cluster_n(self) -> int:
         return self.cluster[1]
 
-    def over(self, M: int, N: int, tile: Sequence[int], batch: int = 1) -> "ScheduleGrid":
+    def over(self, M: int, N: int, tile: Sequence[int], batch: int = 1, K: Optional[int] = None) -> "ScheduleGrid":
         """Bind the schedule to a problem: an (M, N) output (``batch`` of them) cut into ``tile``
-        (``(tile_m, tile_n)``; a third entry, tile_k, is ignored)."""
+        (``(tile_m, tile_n[, tile_k])``). ``K`` with a ``tile_k`` gives the K-tiles that
+        split-K divides; without them the problem is one K-tile deep."""
         if isinstance(tile, (str, bytes)) or not hasattr(tile, "__getitem__") or not hasattr(tile, "__len__"):
             raise TypeError(f"tile must be a sequence (tile_m, tile_n[, tile_k]) of ints, got {tile!r}")
         if len(tile) not in (2, 3):
             raise ValueError(f"tile must be (tile_m, tile_n) or (tile_m, tile_n, tile_k), got {tile!r}")
-        return ScheduleGrid(self, M, N, tile[0], tile[1], batch)
+        k_tiles = 1
+        if K is not None:
+            if len(tile) != 3:
+                raise ValueError(f"K needs a tile with a tile_k, got {tile!r}")
+            k_tiles = ceil_div(check_int("K", K), check_int("tile_k", tile[2]))
+        return ScheduleGrid(self, M, N, tile[0], tile[1], batch, k_tiles)
 
     def replace(self, **changes) -> "TileSchedule":
         return dataclasses.replace(self, **changes)
 
 
 class WorkTile(NamedTuple):
-    """One visit of a worker: the step on its clock, the linear id and the cluster coordinate."""
+    """One visit of a worker: the step on its clock, the linear id, the cluster coordinate and
+    the K-tile range ``[k_begin, k_end)`` it reduces (split ``split``; the whole K without split-K)."""
 
     step: int
     tile_id: int
     batch: int
     cluster_row: int
     cluster_col: int
+    split: int = 0
+    k_begin: int = 0
+    k_end: int = 1
 
 
 @dataclass(frozen=True)
@@ -166,11 +192,12 @@ class ScheduleGrid:
     tile_m: int
     tile_n: int
     batch: int = 1
+    k_tiles: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.schedule, TileSchedule):
             raise TypeError(f"schedule must be a TileSchedule, got {type(self.schedule).__name__}")
-        for name in ("M", "N", "tile_m", "tile_n", "batch"):
+        for name in ("M", "N", "tile_m", "tile_n", "batch", "k_tiles"):
             object.__setattr__(self, name, check_int(name, getattr(self, name)))
 
     # -- extents ---------------------------------------------------------------------------
@@ -191,9 +218,14 @@ class ScheduleGrid:
         return ceil_div(self.tiles_n, self.schedule.cluster_n)
 
     @property
+    def splits(self) -> int:
+        """Work units per cluster coordinate: ``split_k``, clamped to the K-tiles."""
+        return min(self.schedule.split_k, self.k_tiles)
+
+    @property
     def num_ids(self) -> int:
-        """Linear ids on the clock: one per cluster-sized work unit, over all batches."""
-        return self.batch * self.clusters_m * self.clusters_n
+        """Linear ids on the clock: one per cluster-sized work unit, over all batches and splits."""
+        return self.batch * self.clusters_m * self.clusters_n * self.splits
 
     # -- the map ---------------------------------------------------------------------------
     def coord(self, t: int) -> tuple[int, int]:
@@ -205,6 +237,7 @@ class ScheduleGrid:
             t = check_int("t", t, minimum=None)
         if not 0 <= t < self.num_ids:
             raise IndexError(f"tile id t = {t} outside [0, {self.num_ids})")
+        t //= self.splits  # the splits of one cluster coordinate are consecutive ids
         per_batch = self.clusters_m * self.clusters_n
         l, t = divmod(t, per_batch)
         s = self.schedule.swizzle
@@ -218,6 +251,12 @@ class ScheduleGrid:
         a = panel * s + within % width
         b = within // width
         return (l, a, b) if self.schedule.raster == "row" else (l, b, a)
+
+    def k_range(self, t: int) -> tuple[int, int, int]:
+        """``(split, k_begin, k_end)`` of linear id ``t``: the K-tiles its work unit reduces."""
+        self.coord_batched(t)  # the id checks
+        s = t % self.splits
+        return s, s * self.k_tiles // self.splits, (s + 1) * self.k_tiles // self.splits
 
     def cta_tiles(self, cluster_row: int, cluster_col: int) -> list[tuple[int, int]]:
         """In-bounds CTA tiles (m, n) of one cluster; tail CTAs (outside Mt x Nt) are left out."""
@@ -246,9 +285,11 @@ class ScheduleGrid:
         return self._visits(worker, workers)
 
     def _visits(self, worker: int, workers: int) -> Iterator[WorkTile]:
+        S, Kt = self.splits, self.k_tiles
         for step, t in enumerate(range(worker, self.num_ids, workers)):
             l, r, c = self.coord_batched(t)
-            yield WorkTile(step, t, l, r, c)
+            s = t % S
+            yield WorkTile(step, t, l, r, c, s, s * Kt // S, (s + 1) * Kt // S)
 
     def order(self, workers: int) -> list[tuple[int, int, int, int, int]]:
         """Full order: ``(worker, step, batch, cluster_row, cluster_col)`` for every visit,
@@ -259,6 +300,13 @@ class ScheduleGrid:
     @staticmethod
     def _flat(v: WorkTile) -> tuple[int, int, int, int]:
         return (v.step, v.batch, v.cluster_row, v.cluster_col)
+
+    def work_order(self, workers: int) -> list[tuple[int, ...]]:
+        """:meth:`order` with each unit's K range: ``(worker, step, batch, cluster_row,
+        cluster_col, split, k_begin, k_end)``. This is what the C++ parity entry point returns."""
+        workers = check_int("workers", workers)
+        return [(w, v.step, v.batch, v.cluster_row, v.cluster_col, v.split, v.k_begin, v.k_end)
+                for w in range(workers) for v in self.tiles_of(w, workers)]
 
     def waves(self, workers: int) -> int:
         return ceil_div(self.num_ids, check_int("workers", workers))
@@ -280,7 +328,8 @@ def default_workers(sm_count: int, schedule: TileSchedule) -> int:
 class WaveFootprint(NamedTuple):
     """Operand panels one wave touches. Wave ``s`` is every worker's ``s``-th visit, i.e. ids
     ``s*W .. s*W + W - 1``. A *panel* is the full-K strip of A (one CTA tile row ``m``) or of B
-    (one CTA tile column ``n``); tail CTAs of a cluster touch nothing. The last panel is clipped
+    (one CTA tile column ``n``), or with split-K the part of it in one split's K range;
+    tail CTAs of a cluster touch nothing. The last panel is clipped
     to M (or N). Byte counts cover the operands only (no block scales, no C/D)."""
 
     wave: int
@@ -317,8 +366,8 @@ def operand_bytes(dtype: str):
 
 
 
-def _config_grid(config, M: int, N: int, batch: int = 1) -> ScheduleGrid:
-    return config.grid(M, N, batch=batch)
+def _config_grid(config, M: int, N: int, batch: int = 1, K: Optional[int] = None) -> ScheduleGrid:
+    return config.grid(M, N, batch=batch, K=K)
 
 
 def wave_footprint(config, M: int, N: int, K: int, workers: int, *, batch: int = 1) -> list[WaveFootprint]:
@@ -334,24 +383,30 @@ def wave_footprint(config, M: int, N: int, K: int, workers: int, *, batch: int =
     config = _as_config(config)
     K = check_int("K", K)
     workers = check_int("workers", workers)
-    g = _config_grid(config, M, N, batch)
+    g = _config_grid(config, M, N, batch, K)
     M, N = g.M, g.N
     a_el, b_el = operand_bytes(config.dtype)
-    tm, tn = g.tile_m, g.tile_n
+    tm, tn, tk = g.tile_m, g.tile_n, config.tile[2]
+    S, Kt = g.splits, g.k_tiles
+
+    def k_extent(split: int) -> int:  # elements of K in a split's range (all of K without split-K)
+        return K if S == 1 else min(K, (split + 1) * Kt // S * tk) - split * Kt // S * tk
+
     out = []
     for s in range(g.waves(workers)):
         ids = range(s * workers, min((s + 1) * workers, g.num_ids))
         ms, ns, tiles = set(), set(), 0
         for t in ids:
             l, r, c = g.coord_batched(t)
+            sp = t % S
             for m, n in g.cta_tiles(r, c):
-                ms.add((l, m))
-                ns.add((l, n))
+                ms.add((l, m, sp))
+                ns.add((l, n, sp))
                 tiles += 1
-        a_rows = sum(min(tm, M - m * tm) for _, m in ms)
-        b_cols = sum(min(tn, N - n * tn) for _, n in ns)
-        a_b, b_b = ceil_div(a_rows * K * a_el.numerator, a_el.denominator), ceil_div(
-            b_cols * K * b_el.numerator, b_el.denominator
+        a_elems = sum(min(tm, M - m * tm) * k_extent(sp) for _, m, sp in ms)
+        b_elems = sum(min(tn, N - n * tn) * k_extent(sp) for _, n, sp in ns)
+        a_b, b_b = ceil_div(a_elems * a_el.numerator, a_el.denominator), ceil_div(
+            b_elems * b_el.numerator, b_el.denominator
         )
         out.append(WaveFootprint(s, len(ids), tiles, len(ms), len(ns), a_b, b_b, a_b + b_b))
     return out
@@ -367,7 +422,7 @@ def footprint_summary(
     """
     config = _as_config(config)
     K, workers = check_int("K", K), check_int("workers", workers)
-    g = _config_grid(config, M, N, batch)
+    g = _config_grid(config, M, N, batch, K)
     M, N, batch = g.M, g.N, g.batch
     fps = footprints if footprints is not None else wave_footprint(config, M, N, K, workers, batch=batch)
     if not fps:
@@ -456,22 +511,23 @@ def format_summary(summary: dict) -> str:
 PLOT_ANNOTATE_MAX = 64
 
 
-def visit_grid(config, M: int, N: int, workers: int):
+def visit_grid(config, M: int, N: int, workers: int, K: Optional[int] = None):
     """``(step, worker)``: two ``Mt x Nt`` lists of lists; tile ``(m, n)`` is produced by worker
-    ``worker[m][n]`` at its step ``step[m][n]`` (batch 1)."""
+    ``worker[m][n]`` at its step ``step[m][n]`` (batch 1). With split-K (``K`` given), the unit
+    of split 0 stands for its tile (the other splits run on the next workers, same wave)."""
     config = _as_config(config)
     workers = check_int("workers", workers)
-    g = _config_grid(config, M, N)
+    g = _config_grid(config, M, N, K=K)
     step = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
     worker = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
-    for t in range(g.num_ids):
+    for t in range(0, g.num_ids, g.splits):  # split-K: the unit of split 0 stands for the tile
         for m, n in g.cta_tiles(*g.coord(t)):
             step[m][n], worker[m][n] = divmod(t, workers)
     return step, worker
 
 
 def plot(config, M: int, N: int, path, workers: int | None = None, sm_count: int = 132, *,
-         color_by: str = "wave", highlight: Optional[tuple[int, int]] = None):
+         color_by: str = "wave", highlight: Optional[tuple[int, int]] = None, K: Optional[int] = None):
     """Draw the ``Mt x Nt`` tile grid of ``config`` (any spec: built, JIT-compiled or neither)
     over an (M, N) problem and save it to ``path`` (PNG, or whatever the suffix says).
 
@@ -480,7 +536,8 @@ def plot(config, M: int, N: int, path, workers: int | None = None, sm_count: int
     different waves, cluster boundaries as thin white lines. Tiles carry their worker id when the
     grid is at most :data:`PLOT_ANNOTATE_MAX` tiles a side. ``highlight=(m, n)`` outlines that
     tile and names its worker and step in the title. ``workers`` defaults to
-    :func:`default_workers` of ``sm_count``. Returns ``path``. Needs matplotlib."""
+    :func:`default_workers` of ``sm_count``. ``K`` matters for split-K schedules only (the
+    units per tile). Returns ``path``. Needs matplotlib."""
     # Arguments first: a bad one is reported whether or not matplotlib is there.
     config = _as_config(config)
     check_int("sm_count", sm_count)  # checked even when workers is given: still a mistake
@@ -490,7 +547,7 @@ def plot(config, M: int, N: int, path, workers: int | None = None, sm_count: int
         workers = check_int("workers", workers)
     if color_by not in ("wave", "worker"):
         raise ValueError(f"color_by must be 'wave' or 'worker', got {color_by!r}")
-    g = _config_grid(config, M, N)
+    g = _config_grid(config, M, N, K=K)
     M, N = g.M, g.N
     Mt, Nt = g.tiles_m, g.tiles_n
     if highlight is not None:
@@ -509,7 +566,7 @@ def plot(config, M: int, N: int, path, workers: int | None = None, sm_count: int
             "persistent_gemm.schedule.plot needs matplotlib: pip install matplotlib "
             "(or pip install 'persistent_gemm[plot]')"
         ) from e
-    step, worker = visit_grid(config, M, N, workers)
+    step, worker = visit_grid(config, M, N, workers, K=K)
     cell = 0.32 if max(Mt, Nt) <= PLOT_ANNOTATE_MAX else 0.1
     w_in = min(max(Nt * cell + 2.0, 4.0), 24.0)
     h_in = min(max(Mt * cell + 1.5, 3.0), 24.0)
@@ -540,6 +597,8 @@ def plot(config, M: int, N: int, path, workers: int | None = None, sm_count: int
     edges = [((x0, y0), (x1, y1)) for (y0, y1), (x0, x1) in wave_edges(step)]
     ax.add_collection(LineCollection(edges, colors="red", linewidths=1.0, label="wave boundary"))
     title = f"{config.name}\nM={M} N={N}, {workers} workers, {g.waves(workers)} waves"
+    if g.splits > 1:
+        title += f", split-K {g.splits} (tile = {g.splits} units; split 0 shown)"
     if highlight is not None:
         hm, hn = highlight
         ax.add_patch(Rectangle((hn - 0.5, hm - 0.5), 1, 1, fill=False, edgecolor="magenta", lw=2.5))

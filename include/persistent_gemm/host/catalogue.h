@@ -9,9 +9,11 @@
 
 namespace persistent_gemm::host {
 
-// Full visit order as rows (worker, step, batch, cluster_row, cluster_col), sorted by worker
-// then step: the same rows python/persistent_gemm/schedule.py's ScheduleGrid.order() returns.
-using OrderFn = std::vector<int32_t> (*)(int m, int n, int l, int workers);
+// Full visit order as rows (worker, step, batch, cluster_row, cluster_col, split, k_tile_begin,
+// k_tile_end), sorted by worker then step: the rows of python/persistent_gemm/schedule.py's
+// ScheduleGrid.work_order().
+constexpr int kOrderColumns = 8;
+using OrderFn = std::vector<int32_t> (*)(int m, int n, int l, int k_tiles, int workers);
 
 struct CatalogueRow {
   char const* name;
@@ -31,20 +33,22 @@ std::vector<KnownArch> const& known_archs();
 
 // Walks the clock exactly as a worker does: initial id w, then +W per step.
 template <class Scheduler>
-std::vector<int32_t> schedule_order(int m, int n, int l, int workers) {
+std::vector<int32_t> schedule_order(int m, int n, int l, int k_tiles, int workers) {
   typename Scheduler::Arguments args;
   args.m = m;
   args.n = n;
   args.l = l;
+  args.k_tiles = k_tiles;
   args.max_workers = workers;
   auto const p = Scheduler::to_underlying_arguments(args, /*sm_count=*/workers);
   std::vector<int32_t> rows;
-  rows.reserve(size_t(p.num_ids) * 5);
+  rows.reserve(size_t(p.num_ids) * kOrderColumns);
   for (int w = 0; w < workers; ++w) {
     int step = 0;
     for (auto t = Scheduler::work_at(p, w, 0, 0); t.is_valid();
          t = Scheduler::work_at(p, t.tile_id + p.num_workers, 0, 0), ++step) {
-      rows.insert(rows.end(), {w, step, t.l_idx, t.cluster_row, t.cluster_col});
+      rows.insert(rows.end(), {w, step, t.l_idx, t.cluster_row, t.cluster_col, t.split_idx, t.k_tile_begin,
+                               t.k_tile_end});
     }
   }
   return rows;

@@ -97,6 +97,9 @@ class Sm100GemmPersistent {
   using CollectiveMainloop = CollectiveMainloop_;
   using CollectiveEpilogue = CollectiveEpilogue_;
   using ScheduleTag = ScheduleTag_;
+  static_assert(ScheduleTag::SplitK == 1,
+                "split-K schedules are walked by the scheduler but this kernel does not reduce K ranges yet "
+                "(KernelConfig.kernel_rejection says the same)");
   using Style = Style_;
 
   // (M, N, K, L), L = batch.

@@ -53,6 +53,9 @@ class Sm90GemmPersistent {
   using CollectiveMainloop = CollectiveMainloop_;
   using CollectiveEpilogue = CollectiveEpilogue_;
   using ScheduleTag = ScheduleTag_;
+  static_assert(ScheduleTag::SplitK == 1,
+                "split-K schedules are walked by the scheduler but this kernel does not reduce K ranges yet "
+                "(KernelConfig.kernel_rejection says the same)");
   using Style = Style_;
   static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static_assert(kCooperative || std::is_same_v<Style, PingPong>, "Style must be Cooperative or PingPong");

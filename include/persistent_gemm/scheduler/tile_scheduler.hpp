@@ -2,7 +2,7 @@
 // python/persistent_gemm/schedule.py; tests/test_scheduler_parity.py proves this file walks
 // the same order, tile for tile.
 //
-//   tag      PersistentSchedule<Swizzle, ClusterM, ClusterN, Raster>   (what the user wrote)
+//   tag      PersistentSchedule<Swizzle, ClusterM, ClusterN, Raster, SplitK>   (what the user wrote)
 //   selector TileSchedulerSelector<Tag, TileM, TileN>::type            (what a kernel asks for)
 //   class    PersistentTileScheduler<Tag, TileM, TileN>                (what the roles walk)
 //
@@ -10,6 +10,12 @@
 // CTA (TMA producer, MMA consumers, epilogue) owns a copy of the scheduler and advances it
 // itself; the sequence is a pure function of (Params, blockIdx), so no role ever has to tell
 // another where it is.
+//
+// Split-K: with SplitK = S > 1 every output tile is S work units, each a contiguous K-tile range
+// (split s of S covers [s*Kt/S, (s+1)*Kt/S), so ranges differ by at most one K-tile); a tile's
+// splits are consecutive ids on the clock (id = unit * splits + split), so they run side by
+// side in one wave. S is clamped to Kt at run time. The kernels do not consume K ranges yet
+// (their builders static_assert SplitK == 1): the walk is defined and parity-tested first.
 #pragma once
 
 #include <cstdint>
@@ -25,13 +31,15 @@ namespace persistent_gemm::scheduler {
 enum class Raster : int { Row = 0, Column = 1 };
 
 // ---------------------------------------------------------------------------------- tag ---
-template <int Swizzle_, int ClusterM_, int ClusterN_, Raster Raster_>
+template <int Swizzle_, int ClusterM_, int ClusterN_, Raster Raster_, int SplitK_ = 1>
 struct PersistentSchedule {
   static constexpr int Swizzle = Swizzle_;
   static constexpr int ClusterM = ClusterM_;
   static constexpr int ClusterN = ClusterN_;
   static constexpr Raster RasterOrder = Raster_;
+  static constexpr int SplitK = SplitK_;
   static_assert(Swizzle >= 1 && Swizzle <= 64, "swizzle must be in [1, 64]");
+  static_assert(SplitK >= 1 && SplitK <= 16, "split_k must be in [1, 16]");
   static_assert((ClusterM == 1 || ClusterM == 2 || ClusterM == 4) &&
                     (ClusterN == 1 || ClusterN == 2 || ClusterN == 4),
                 "cluster extents must be 1, 2 or 4");
@@ -46,6 +54,9 @@ struct WorkTileInfo {
   int32_t cluster_col = 0;
   int32_t m_idx = 0;        // this CTA's output tile, in tiles
   int32_t n_idx = 0;
+  int32_t split_idx = 0;     // which K range of the tile (0 without split-K)
+  int32_t k_tile_begin = 0;  // the K-tiles [k_tile_begin, k_tile_end) this unit reduces
+  int32_t k_tile_end = 0;
   bool valid = false;       // the id is on the clock (tile_id < num_ids)
   bool in_bounds = false;   // this CTA's tile lies inside Mt x Nt (false for a tail CTA)
 
@@ -62,11 +73,13 @@ class PersistentTileScheduler {
   static constexpr int ClusterM = Schedule::ClusterM;
   static constexpr int ClusterN = Schedule::ClusterN;
   static constexpr Raster RasterOrder = Schedule::RasterOrder;
+  static constexpr int SplitK = Schedule::SplitK;
   static constexpr bool kRowRaster = RasterOrder == Raster::Row;
   static_assert(TileM > 0 && TileN > 0, "tile extents must be positive");
 
   struct Arguments {
     int m = 1, n = 1, l = 1;
+    int k_tiles = 1;      // K-tiles of the problem: the K ranges of work units split this
     int max_workers = 0;  // 0: as many clusters as fit on the GPU
   };
 
@@ -77,8 +90,11 @@ class PersistentTileScheduler {
     int32_t clusters_m = 0, clusters_n = 0;
     int32_t clusters_major = 0, clusters_minor = 0;
     int32_t full_panels = 0;  // panels of exactly Swizzle clusters
-    int32_t num_ids = 0;      // L * Mc * Nc
+    int32_t num_ids = 0;      // L * Mc * Nc * splits
     int32_t num_workers = 1;
+    int32_t k_tiles = 1;
+    int32_t splits = 1;              // min(SplitK, k_tiles)
+    cutlass::FastDivmod split_div;   // splits
     cutlass::FastDivmod per_batch;   // Mc * Nc
     cutlass::FastDivmod panel_ids;   // Swizzle * clusters_minor
     cutlass::FastDivmod last_width;  // width of the narrowed last panel
@@ -94,7 +110,10 @@ class PersistentTileScheduler {
     p.clusters_minor = kRowRaster ? p.clusters_n : p.clusters_m;
     p.full_panels = p.clusters_major / Swizzle;
     int const tail = p.clusters_major - p.full_panels * Swizzle;
-    p.num_ids = args.l * p.clusters_m * p.clusters_n;
+    p.k_tiles = args.k_tiles > 0 ? args.k_tiles : 1;
+    p.splits = SplitK < p.k_tiles ? SplitK : p.k_tiles;
+    p.split_div = cutlass::FastDivmod(p.splits);
+    p.num_ids = args.l * p.clusters_m * p.clusters_n * p.splits;
     p.per_batch = cutlass::FastDivmod(p.clusters_m * p.clusters_n);
     p.panel_ids = cutlass::FastDivmod(Swizzle * p.clusters_minor);
     p.last_width = cutlass::FastDivmod(tail > 0 ? tail : Swizzle);
@@ -123,8 +142,15 @@ class PersistentTileScheduler {
     w.tile_id = tile_id;
     w.valid = tile_id < p.num_ids;
     if (!w.valid) return w;
-    int32_t t, panel, within, a, b;
-    p.per_batch(w.l_idx, t, tile_id);
+    int32_t unit = tile_id, t, panel, within, a, b;
+    if constexpr (SplitK > 1) {
+      p.split_div(unit, w.split_idx, tile_id);
+      w.k_tile_begin = w.split_idx * p.k_tiles / p.splits;  // < 16 * 2^26: no overflow
+      w.k_tile_end = (w.split_idx + 1) * p.k_tiles / p.splits;
+    } else {
+      w.k_tile_end = p.k_tiles;
+    }
+    p.per_batch(w.l_idx, t, unit);
     p.panel_ids(panel, within, t);
     if (panel < p.full_panels) {
       a = panel * Swizzle + within % Swizzle;
@@ -171,9 +197,9 @@ struct TileSchedulerSelector {
                 "persistent_gemm: unsupported tile scheduler tag (use scheduler::PersistentSchedule)");
 };
 
-template <int S, int CM, int CN, Raster R, int TileM, int TileN>
-struct TileSchedulerSelector<PersistentSchedule<S, CM, CN, R>, TileM, TileN> {
-  using type = PersistentTileScheduler<PersistentSchedule<S, CM, CN, R>, TileM, TileN>;
+template <int S, int CM, int CN, Raster R, int SK, int TileM, int TileN>
+struct TileSchedulerSelector<PersistentSchedule<S, CM, CN, R, SK>, TileM, TileN> {
+  using type = PersistentTileScheduler<PersistentSchedule<S, CM, CN, R, SK>, TileM, TileN>;
 };
 
 }  // namespace persistent_gemm::scheduler
