@@ -279,3 +279,39 @@ def test_explain_renders_what_it_chose(tmp_path):
     p = tmp_path / "chosen.png"
     d = pg.explain(3000, 5000, 4096, render=p)
     assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and d.problem == (3000, 5000, 4096)
+
+
+def test_ensure_many_compiles_concurrently_and_collects_failures(monkeypatch):
+    import threading
+
+    seen, lock = [], threading.Lock()
+    bad = NEVER_BUILT.schedule.replace(swizzle=13)
+
+    def fake_ensure(cfg, quiet=False):
+        with lock:
+            seen.append((threading.get_ident(), os.environ.get("MAX_JOBS")))
+        time.sleep(0.3)
+        if cfg.schedule == bad:
+            raise jit.JitCompileError("injected")
+        return cfg.name
+
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(jit, "ensure", fake_ensure)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    specs = [KernelConfig(tile=(128, 64, 64), kernel="pingpong", schedule=NEVER_BUILT.schedule.replace(swizzle=s))
+             for s in (10, 11, 12)]
+    t = time.perf_counter()
+    out = jit.ensure_many(specs + [specs[0].name], jobs=3)  # the name repeats a spec: compiled once
+    assert time.perf_counter() - t < 0.8  # three 0.3 s builds side by side
+    assert out == [s.name for s in specs] and len(seen) == 3
+    assert len({tid for tid, _ in seen}) == 3 and {mj for _, mj in seen} == {"5"}  # 16 cores / 3 builds
+    assert "MAX_JOBS" not in os.environ
+    failing = KernelConfig(tile=(128, 64, 64), kernel="pingpong", schedule=bad)
+    res = jit.ensure_many([specs[0], failing], jobs=2)
+    assert res[0] == specs[0].name and isinstance(res[1], jit.JitCompileError)
+    with pytest.raises(jit.JitCompileError, match="injected"):
+        pg.precompile([failing])
+    with pytest.raises(ConfigError):  # a bad spec fails before anything compiles
+        jit.ensure_many([specs[0], "sm90a_bf16_nope"])
+    with pytest.raises(ValueError, match="jobs must be a positive int"):
+        jit.ensure_many(specs, jobs=0)

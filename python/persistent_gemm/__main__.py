@@ -167,17 +167,19 @@ def _cmd_precompile(args: argparse.Namespace) -> int:
 
     if not _need_extension("precompile"):
         return 1
-    for name in args.configs:
-        try:
-            jit.ensure(name)
-        except ConfigError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        except (jit.KernelNotBuiltError, jit.JitCompileError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        print(f"ready     {name}")
-    return 0
+    try:
+        results = jit.ensure_many(args.configs, jobs=args.jobs)
+    except (ConfigError, ValueError) as e:  # a bad name or --jobs: before anything compiles
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rc = 0
+    for r in results:
+        if isinstance(r, Exception):
+            print(f"error: {r}", file=sys.stderr)
+            rc = 2 if isinstance(r, ConfigError) else 1
+        else:
+            print(f"ready     {r}")
+    return rc
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -256,6 +258,7 @@ def _parser() -> argparse.ArgumentParser:
                         description="Compile each named config into the JIT cache ($PGEMM_CACHE_DIR, default "
                         "~/.cache/persistent_gemm), or load it if it is there already.")
     pc.add_argument("configs", nargs="+", metavar="CONFIG", help="canonical config names")
+    pc.add_argument("--jobs", type=int, help="configs compiled at once (default: one per 8 cores)")
     pc.set_defaults(func=_cmd_precompile)
 
     from .tuning import OPS, VARY

@@ -26,7 +26,9 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, Union
 
@@ -36,7 +38,7 @@ from .catalogue import ConfigError, KernelConfig
 from .library import Variant, lowering
 
 __all__ = ["KernelNotBuiltError", "JitCompileError", "JIT_ENV", "CACHE_ENV", "cache_dir", "enabled", "ensure",
-           "precompile", "resolve", "runnable", "variants_for", "registered_configs", "cached_build"]
+           "precompile", "ensure_many", "resolve", "runnable", "variants_for", "registered_configs", "cached_build"]
 
 JIT_ENV = "PGEMM_JIT"
 CACHE_ENV = "PGEMM_CACHE_DIR"
@@ -45,6 +47,7 @@ _loaded: dict[str, object] = {}  # module name -> module: kept alive, and loaded
 _registered: set[str] = set()
 _by_id: dict = {}  # id(KernelConfig) -> (that object, its canonical name): the op path's memo
 _generation = -1
+_register_lock = threading.Lock()
 
 
 class KernelNotBuiltError(ValueError):
@@ -193,8 +196,9 @@ def _load(name: str, path: Path):
 def _register(name: str, mod) -> None:
     from . import require_extension
 
-    _loaded[name] = mod
-    require_extension().register_arch(mod.arch_export())
+    with _register_lock:  # precompile's threads
+        _loaded[name] = mod
+        require_extension().register_arch(mod.arch_export())
 
 
 def _compile(name: str, config: KernelConfig, sources: list[Path], build_dir: Path, cutlass: Path, home: Path):
@@ -296,6 +300,41 @@ def ensure(config: Union[str, KernelConfig], *, quiet: bool = False, allow_compi
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def precompile(configs: Iterable[Union[str, KernelConfig]]) -> list[str]:
-    """Compile (or load from the cache) each config ahead of its first use; returns their names."""
-    return [ensure(c) for c in configs]
+def ensure_many(configs: Iterable[Union[str, KernelConfig]], *, jobs: Optional[int] = None,
+                quiet: bool = False) -> list[Union[str, Exception]]:
+    """:func:`ensure` for several configs, ``jobs`` compiling at once (default: one per 8 cores);
+    each result is the config's name or the exception it raised. Every spec is resolved first,
+    so a bad one fails before anything compiles."""
+    cfgs = list(dict.fromkeys(resolve(c) for c in configs))  # one compile per distinct spec
+    cores = os.cpu_count() or 1
+    jobs = max(1, cores // 8) if jobs is None else jobs
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+
+    def one(cfg: KernelConfig):
+        try:
+            return ensure(cfg, quiet=quiet)
+        except (ConfigError, KernelNotBuiltError, JitCompileError) as e:
+            return e
+
+    if jobs == 1 or len(cfgs) < 2:
+        return [one(c) for c in cfgs]
+    saved = os.environ.get("MAX_JOBS")
+    if saved is None:  # share the cores between the concurrent ninja builds
+        os.environ["MAX_JOBS"] = str(max(1, cores // min(jobs, len(cfgs))))
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(one, cfgs))
+    finally:
+        if saved is None:
+            os.environ.pop("MAX_JOBS", None)
+
+
+def precompile(configs: Iterable[Union[str, KernelConfig]], *, jobs: Optional[int] = None) -> list[str]:
+    """Compile (or load from the cache) each config ahead of its first use, ``jobs`` at once
+    (default: one per 8 cores); returns their names, or raises the first failure."""
+    out = ensure_many(configs, jobs=jobs)
+    for r in out:
+        if isinstance(r, Exception):
+            raise r
+    return out

@@ -274,8 +274,10 @@ def _time(calls, reps: int, inner: int, progress) -> list[list[float]]:
 
 
 def _bar(label: str, enabled: bool):
+    tty = sys.stderr.isatty()
+
     def show(done: int, total: int) -> None:
-        if not enabled:
+        if not enabled or (not tty and done != total):  # a log gets the last state only
             return
         n = 30 * done // total
         end = "\n" if done == total else ""
@@ -365,13 +367,13 @@ def tune(M: int, N: int, K: int, *, op: str = "mm", dtype: Optional[str] = None,
         vary = VARY if jit_search is True else tuple(jit_search)
         best = min(measured, key=measured.get)
         extra = []
-        for cfg in jit_candidates(KernelConfig.from_name(best), vary, limit=max_jit, exclude=pool):
-            if progress:
-                print(f"tune: preparing {cfg.name}", file=sys.stderr, flush=True)
-            try:
-                n = jit.runnable(cfg, op=op, family=family, device=dev)
-            except (jit.JitCompileError, ValueError) as err:
-                warnings.warn(f"tune: skipping {cfg.name}: {err}", stacklevel=2)
+        cands = jit_candidates(KernelConfig.from_name(best), vary, limit=max_jit, exclude=pool)
+        if progress and cands:
+            print(f"tune: preparing {len(cands)} JIT candidates: {', '.join(c.name for c in cands)}",
+                  file=sys.stderr, flush=True)
+        for cfg, n in zip(cands, jit.ensure_many(cands, quiet=not progress)):  # compiled concurrently
+            if isinstance(n, Exception):
+                warnings.warn(f"tune: skipping {cfg.name}: {n}", stacklevel=2)
                 continue
             est = fits(n)
             if est is not None:
