@@ -46,7 +46,8 @@ class Decision:
     def render(self, path, *, highlight=None):
         """Draw the chosen config's schedule over this problem to ``path`` (see
         :func:`persistent_gemm.schedule.plot`; a swap-AB kernel's grid is over (N, M))."""
-        from .schedule import default_workers, plot
+        from .picture import plot
+        from .schedule import default_workers
 
         cfg = KernelConfig.from_name(self.config)
         M, N, K = self.problem
