@@ -173,3 +173,13 @@ def test_invalid_configs_raise_config_error_with_reason(kwargs, match):
 def test_lookup_unknown_name_lists_the_catalogue():
     with pytest.raises(ConfigError, match=r"unknown config 'nope'; the catalogue has: .*sm90a_bf16_128x256x64_c2x1_sw8_row_coop"):
         lookup("nope")
+
+
+def test_style_tokens_are_accepted_spellings():
+    pp = KernelConfig(tile=(128, 64, 64), kernel="pp")
+    assert pp.kernel == "pingpong" and pp == KernelConfig(tile=(128, 64, 64), kernel="pingpong")
+    assert pp.name.endswith("_pp") and KernelConfig(kernel="coop").kernel == "cooperative"
+    with pytest.raises(ConfigError, match="kernel style 'ping' does not exist"):
+        KernelConfig(kernel="ping")
+    with pytest.raises(TypeError):
+        pp.grid(1024, 1024, 2)  # batch is keyword-only

@@ -284,7 +284,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--no-store", action="store_true", help="report only; leave the dispatcher as it is")
     t.set_defaults(func=_cmd_tune)
 
-    d = sub.add_parser("demo", help="run the demo (needs the compiled extension and a GPU)")
+    d = sub.add_parser("demo", help="run every op once against float64 (needs the compiled extension; runs the "
+                       "CPU reference implementations where no GPU kernels are built)")
     d.set_defaults(func=_cmd_demo)
     return p
 

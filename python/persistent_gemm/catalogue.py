@@ -78,6 +78,7 @@ class KernelConfig:
         Shared-memory pipeline depth; ``None`` lets CUTLASS fill the shared memory left after
         the epilogue (``StageCountAutoCarveout``).
     kernel : {"cooperative", "pingpong"} on sm90a, {"1sm", "2sm"} on sm100a
+        (the name tokens ``"coop"`` and ``"pp"`` are accepted and stored as the full spelling)
     dtype : {"bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"}
     arch : {"sm90a", "sm100a"}
     accum : {"promoted", "fast"}
@@ -101,6 +102,9 @@ class KernelConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tile", tuple(int(t) for t in self.tile))
+        # The names' style tokens are accepted as spellings of the style ("pp" -> "pingpong").
+        if isinstance(self.kernel, str) and self.kernel in _TOKEN_STYLE:
+            object.__setattr__(self, "kernel", _TOKEN_STYLE[self.kernel])
         reason = self.rejection()
         if reason:
             raise ConfigError(f"invalid kernel config: {reason}")
@@ -211,7 +215,7 @@ class KernelConfig:
         tm, tn, _ = self.tile
         return (tm // 2, tn) if self.kernel == "2sm" else (tm, tn)
 
-    def grid(self, M: int, N: int, batch: int = 1, K: Optional[int] = None):
+    def grid(self, M: int, N: int, *, batch: int = 1, K: Optional[int] = None):
         """This config's schedule bound to an (M, N) problem, in CTA tiles (and, given ``K``,
         its K-tiles, which split-K divides). The extents are the kernel's: for a ``swap_ab``
         config, which computes D^T, pass the op's (N, M)."""
