@@ -128,8 +128,6 @@ def explain_kinds(op: str) -> dict:
 def cutlass_peer():
     """Build (once, cached by torch) and load the stock-CUTLASS peer for bf16 mm, with the
     package's own flags and toolkit/CUTLASS lookup (persistent_gemm.build_flags)."""
-    import os
-
     from persistent_gemm import build_flags
     from persistent_gemm.archs import ARCHS
 
@@ -137,10 +135,7 @@ def cutlass_peer():
     cuda, (cutlass, why) = build_flags.find_cuda_home(), build_flags.find_cutlass()
     if cuda is None or cutlass is None:
         raise RuntimeError(why or "no CUDA toolkit found (set CUDA_HOME)")
-    from torch.utils.cpp_extension import load
-
-    os.environ.setdefault("CUDA_HOME", str(cuda))
-    return load(
+    return build_flags.torch_cpp_extension(cuda).load(
         name="pgemm_cutlass_peer",
         sources=[str(root / "benchmarks" / "peers" / f"cutlass_sm90_stock.{ext}") for ext in ("cpp", "cu")],
         extra_include_paths=build_flags.include_dirs(root, cutlass, cuda),

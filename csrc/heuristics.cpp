@@ -262,6 +262,7 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                        (e.swap_ab ? ", swap-AB (weight on the MMA's M side, D written transposed)" : "") +
                        (e.tma_store ? "" : ", predicated stores"));
   }
+  best.tuned = tuned_pick.has_value();
   if (explain && tuned_pick)
     best.log.insert(best.log.begin(), "tuned: " + *tuned_pick + " won persistent_gemm.tune for this problem on this arch "
                                       "(the cost model was not consulted)");

@@ -37,6 +37,7 @@ struct Choice {
   // zero-fills out-of-bounds rows of a box far slower than it loads real ones, so a partial last
   // M-tile (decode M = 1 against a 64-row tile, M = 1000 against 128) can cost more than the copy.
   bool pad_m = false;
+  bool tuned = false;                   // a persistent_gemm.tune winner decided, not the cost model
   std::vector<std::string> log;         // the decision, one line per rule applied
 };
 

@@ -130,7 +130,7 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   d["estimate_us"] = estimate(r, *c.entry, mod->table->cost, c.pad_m).us;
   d["sm_count"] = r.sm_count;
   d["cost_model_measured"] = mod->table->cost.measured;
-  d["tuned"] = !c.log.empty() && c.log.front().rfind("tuned:", 0) == 0;
+  d["tuned"] = c.tuned;
   d["swap_ab"] = c.entry->swap_ab;
   d["fast_accum"] = c.entry->fast_accum;
   return d;

@@ -77,3 +77,15 @@ def include_dirs(root: Path, cutlass: Path, cuda_home: Path) -> list[str]:
     if cccl.is_dir():
         dirs.append(cccl)
     return [str(d) for d in dirs]
+
+
+def torch_cpp_extension(home: Path):
+    """``torch.utils.cpp_extension``, pointed at the toolkit ``home``. torch fixes its CUDA_HOME
+    when that module is first imported, from the folder above the first ``nvcc`` on PATH, which
+    is wrong when that nvcc is a wrapper script (/usr/local/bin/nvcc). Imports torch: call it
+    only where torch is wanted (the JIT, the benchmarks), never from setup.py."""
+    import torch.utils.cpp_extension as cpp
+
+    if cpp.CUDA_HOME is None or not (Path(cpp.CUDA_HOME) / "include" / "cuda_runtime_api.h").is_file():
+        cpp.CUDA_HOME = str(home)
+    return cpp

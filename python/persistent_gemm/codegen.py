@@ -340,6 +340,32 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
+def _write_arch_module(out: Path, arch: str, configs: Sequence[KernelConfig],
+                       chosen: Optional[dict] = None) -> list[Path]:
+    """An arch module's sources in ``out``: per config its scheduler walk and its kernel
+    variants (``chosen[name]``, else :func:`variants`), the kernel table, the scale relayout and
+    the Python entry. Shared by the build (:func:`generate`) and the JIT (:func:`jit_sources`)."""
+    files: list[Path] = []
+    for c in configs:
+        p = out / f"{c.name}__schedule.cu"
+        _write(p, schedule_tu(c))
+        files.append(p)
+        for v in (chosen[c.name] if chosen and c.name in chosen else variants(c)):
+            p = out / f"{c.name}__{v.suffix}.cu"
+            _write(p, kernel_tu(c, v))
+            files.append(p)
+    p = out / "kernel_table.cpp"
+    _write(p, kernel_table(arch, configs, chosen))
+    files.append(p)
+    p = out / "scale_layout.cu"
+    _write(p, _SCALE_LAYOUT_TU.substitute(arch=arch))
+    files.append(p)
+    p = out / "module.cpp"  # a distinct TU per arch module (own object file)
+    _write(p, '#include "arch_module_main.h"\n')
+    files.append(p)
+    return files
+
+
 def generate(out_dir: os.PathLike, archs: Iterable[str], pattern: str | None = None) -> dict[str, list[Path]]:
     """Write every generated file; returns ``{"_C": [...], "<arch>": [...]}`` source lists.
     Files of configs no longer selected are removed so stale kernels never link."""
@@ -349,25 +375,7 @@ def generate(out_dir: os.PathLike, archs: Iterable[str], pattern: str | None = N
     _write(table, catalogue_table())
     result["_C"] = [table]
     for arch in archs:
-        configs = selected(pattern, archs=(arch,))
-        files: list[Path] = []
-        for c in configs:
-            p = out / arch / f"{c.name}__schedule.cu"
-            _write(p, schedule_tu(c))
-            files.append(p)
-            for v in variants(c):
-                p = out / arch / f"{c.name}__{v.suffix}.cu"
-                _write(p, kernel_tu(c, v))
-                files.append(p)
-        p = out / arch / "kernel_table.cpp"
-        _write(p, kernel_table(arch, configs))
-        files.append(p)
-        p = out / arch / "scale_layout.cu"
-        _write(p, _SCALE_LAYOUT_TU.substitute(arch=arch))
-        files.append(p)
-        p = out / arch / "module.cpp"  # a distinct TU per arch module (own object file)
-        _write(p, '#include "arch_module_main.h"\n')
-        files.append(p)
+        files = _write_arch_module(out / arch, arch, selected(pattern, archs=(arch,)))
         keep = set(files)
         for stale in (out / arch).glob("*"):
             if stale not in keep:
@@ -379,23 +387,5 @@ def generate(out_dir: os.PathLike, archs: Iterable[str], pattern: str | None = N
 def jit_sources(out_dir: os.PathLike, config: KernelConfig, chosen: Sequence[Variant]) -> list[Path]:
     """The translation units of a one-config arch module (persistent_gemm.jit): the same
     templates as the build, for ``config`` (any valid spec, in the catalogue or not) and only
-    the variants in ``chosen``."""
-    if lowering(config.arch, config.dtype) is None:
-        raise ValueError(f"no lowering for {config.arch} {config.dtype}: no kernel to generate for {config.name}")
-    out = Path(out_dir)
-    files = [out / f"{config.name}__schedule.cu"]
-    _write(files[0], schedule_tu(config))
-    for v in chosen:
-        p = out / f"{config.name}__{v.suffix}.cu"
-        _write(p, kernel_tu(config, v))
-        files.append(p)
-    p = out / "kernel_table.cpp"
-    _write(p, kernel_table(config.arch, [config], chosen={config.name: list(chosen)}))
-    files.append(p)
-    p = out / "scale_layout.cu"
-    _write(p, _SCALE_LAYOUT_TU.substitute(arch=config.arch))
-    files.append(p)
-    p = out / "module.cpp"
-    _write(p, '#include "arch_module_main.h"\n')
-    files.append(p)
-    return files
+    the variants in ``chosen``; a config no kernel can be generated for is refused (kernel_tu)."""
+    return _write_arch_module(Path(out_dir), config.arch, [config], {config.name: list(chosen)})

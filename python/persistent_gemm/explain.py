@@ -139,16 +139,10 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
                                     use_fast_accum)
     out = out_dtype or ("bf16" if dtype in ("e4m3",) + MX_DTYPES else dtype)
     ext = require_extension()
-    if config is not None:
+    if config is not None:  # as the ops take it: a registered name as is, else checked, then compiled
         from . import jit
 
-        cfg = jit.resolve(config)
-        if cfg.name in jit.registered_configs():
-            config = cfg.name  # C++ says whether it can serve this problem
-        elif cfg.dtype != dtype:  # refused before compiling anything
-            raise ValueError(f"config {cfg.name} is a {cfg.dtype} kernel; dtype is {dtype!r}")
-        else:
-            config = jit.ensure(cfg)  # compiled if valid and not built (KernelNotBuiltError with PGEMM_JIT=0)
+        config = jit.runnable(config, op="explain", family=dtype)
     d = ext.explain(arch, M, N, K, dtype, out, a_k_major=layout[0] == "r",
                                     b_k_major=layout[1] == "c", scale=scale, sm_count=sm_count or 0, config=config,
                                     fast_accum=use_fast_accum)

@@ -19,6 +19,7 @@ failed compile is a :class:`JitCompileError` carrying nvcc's message.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -150,6 +151,7 @@ def variants_for(config: KernelConfig) -> list[Variant]:
     return chosen
 
 
+@functools.lru_cache(maxsize=None)  # runs nvcc: once per process, not once per config
 def _versions() -> str:
     import torch
 
@@ -164,6 +166,7 @@ def _versions() -> str:
     return f"nvcc={nvcc} torch={torch.__version__} cutlass={cutlass}"
 
 
+@functools.lru_cache(maxsize=None)  # reads every header: once per process
 def _headers_digest() -> str:
     h = hashlib.sha256()
     for base in (_ROOT / "include", _ROOT / "csrc"):
@@ -203,13 +206,7 @@ def _register(name: str, mod) -> None:
 
 def _compile(name: str, config: KernelConfig, sources: list[Path], build_dir: Path, cutlass: Path, home: Path):
     """Build and import the module in ``build_dir`` (torch's ninja build, our flags)."""
-    import torch.utils.cpp_extension as cpp
-
-    # torch fixed its CUDA_HOME when cpp_extension was first imported, from the folder above the
-    # first nvcc on PATH: wrong when that nvcc is a wrapper script (/usr/local/bin/nvcc).
-    if cpp.CUDA_HOME is None or not (Path(cpp.CUDA_HOME) / "include" / "cuda_runtime_api.h").is_file():
-        cpp.CUDA_HOME = str(home)
-    load = cpp.load
+    load = build_flags.torch_cpp_extension(home).load
     try:
         return load(name=name, sources=[str(p) for p in sources], build_directory=str(build_dir),
                     extra_include_paths=build_flags.include_dirs(_ROOT, cutlass, home),

@@ -200,20 +200,19 @@ def _inputs(op: str, family: str, M: int, N: int, K: int, layout: str, scale: st
 
     g = torch.Generator(device=device).manual_seed(0)
 
-    def mat(rows, cols, k_major):  # (rows, cols) whose K dim is cols when k_major
-        t = torch.randn(rows, cols, device=device, generator=g, dtype=torch.float32)
-        return t if k_major else t.t().contiguous().t()
+    def mat(rows, cols):  # row-major fp32; transposed views give the column-major operands
+        return torch.randn(rows, cols, device=device, generator=g, dtype=torch.float32)
 
     sets = []
     for _ in range(copies):
         if op == "mm":
             dt = torch.float16 if family == "fp16" else torch.bfloat16
-            a = mat(M, K, True).to(dt) if layout[0] == "r" else mat(K, M, True).to(dt).t()
-            b = mat(K, N, True).to(dt) if layout[1] == "r" else mat(N, K, True).to(dt).t()
+            a = mat(M, K).to(dt) if layout[0] == "r" else mat(K, M).to(dt).t()
+            b = mat(K, N).to(dt) if layout[1] == "r" else mat(N, K).to(dt).t()
             sets.append((a, b))
         elif op == "scaled_mm":
-            a = mat(M, K, True).to(torch.float8_e4m3fn)
-            b = mat(N, K, True).to(torch.float8_e4m3fn).t()
+            a = mat(M, K).to(torch.float8_e4m3fn)
+            b = mat(N, K).to(torch.float8_e4m3fn).t()
             if scale == "row":
                 sa = torch.rand(M, 1, device=device, generator=g) + 0.5
                 sb = torch.rand(1, N, device=device, generator=g) + 0.5
@@ -222,8 +221,8 @@ def _inputs(op: str, family: str, M: int, N: int, K: int, layout: str, scale: st
                 sb = torch.tensor(2.0, device=device)
             sets.append((a, b, sa, sb))
         else:
-            a, a_s = quantize_mxfp8(mat(M, K, True))
-            w = mat(N, K, True)
+            a, a_s = quantize_mxfp8(mat(M, K))
+            w = mat(N, K)
             if op == "mxfp8_mm":
                 wq, ws = quantize_mxfp8(w)
             else:

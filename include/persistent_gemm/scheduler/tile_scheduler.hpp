@@ -15,7 +15,7 @@
 // (split s of S covers [s*Kt/S, (s+1)*Kt/S), so ranges differ by at most one K-tile); a tile's
 // splits are consecutive ids on the clock (id = unit * splits + split), so they run side by
 // side in one wave. S is clamped to Kt at run time. The kernels do not consume K ranges yet
-// (their builders static_assert SplitK == 1): the walk is defined and parity-tested first.
+// (Sm90GemmPersistent and Sm100GemmPersistent static_assert SplitK == 1): the walk is defined and parity-tested first.
 #pragma once
 
 #include <cstdint>
