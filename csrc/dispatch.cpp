@@ -120,12 +120,15 @@ std::string broken_launch_rule(GemmArgs const& g, KernelEntry const& e, int64_t 
   if (g.ldb < b_contig) return msg("b's leading stride ", g.ldb, " is smaller than its contiguous extent ", b_contig);
   if ((g.lda * ea) % 16) return msg("a's leading stride ", g.lda, " is not a multiple of 16 bytes (TMA)");
   if ((g.ldb * ea) % 16) return msg("b's leading stride ", g.ldb, " is not a multiple of 16 bytes (TMA)");
-  if (g.ldd < g.n) return msg("D's leading stride ", g.ldd, " is smaller than N = ", g.n);
+  if (e.swap_ab ? g.ldd < g.m : g.ldd < g.n)  // a swap-AB kernel writes its D transposed
+    return msg("D's leading stride ", g.ldd, " is smaller than its contiguous extent ", e.swap_ab ? g.m : g.n);
   if (e.tma_store && (!aligned16(g.d) || (g.ldd * d_elem) % 16))
     return "D is not 16-byte aligned (pointer or leading stride) for the TMA-store epilogue";
   if (e.tma_store && (g.n * d_elem) % 16 && !g.d_pad_writable)
     return msg("N = ", g.n, " leaves D rows that are not whole 16-byte chunks, which a TMA store overwrites");
   if (e.scale_mode != ScaleMode::None && (!g.scale_a || !g.scale_b)) return "scale_a/scale_b pointers are missing";
+  if (e.workspace && g.workspace_bytes < e.workspace(g))
+    return msg("the split-K workspace has ", g.workspace_bytes, " bytes, the kernel needs ", e.workspace(g));
   return {};
 }
 
@@ -160,7 +163,20 @@ ArchModule const& require_arch(char const* op, at::Tensor const& a) {
               known_archs_text(), ")."));
 }
 
+// Split-K kernels reduce through a workspace the caller owns for the launch: from torch's caching
+// allocator on the op's stream (its blocks are 512 B aligned), kept alive until the kernel ran.
+at::Tensor attach_workspace(KernelEntry const& e, GemmArgs& args, at::TensorOptions const& options) {
+  size_t const bytes = e.workspace ? e.workspace(args) : 0;
+  if (bytes == 0) return {};
+  auto ws = at::empty({int64_t(bytes)}, options.dtype(at::kByte));
+  args.workspace = ws.data_ptr();
+  args.workspace_bytes = bytes;
+  return ws;
+}
+
 // Runs A (M,K) @ B (K,N) with whatever operand copies / output cast the chosen variant needs.
+// A swap-AB kernel runs D^T = B^T A^T: the weight (b^T, N x K) is its A operand, the
+// activations its B, and it writes D transposed, i.e. D row-major, with no copy.
 at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tensor a, at::Tensor b,
                     at::Tensor const& scale_a, at::Tensor const& scale_b, at::ScalarType out_dtype,
                     Problem const& p) {
@@ -189,23 +205,30 @@ at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tens
   if (poison_outputs()) d_buf.fill_(std::numeric_limits<float>::quiet_NaN());
 
   GemmArgs args;
-  args.m = int32_t(m_run);
-  args.n = int32_t(p.n);
+  at::Tensor const wt = b.t();  // (N, K)
+  at::Tensor const& x = e.swap_ab ? wt : a;  // the kernel's A: (its M, K)
+  at::Tensor const& y = e.swap_ab ? a : wt;  // the kernel's B, as (its N, K)
+  args.m = int32_t(e.swap_ab ? p.n : m_run);
+  args.n = int32_t(e.swap_ab ? m_run : p.n);
   args.k = int32_t(p.k);
-  args.a = a.data_ptr();
+  args.a = x.data_ptr();
   args.a_k_major = e.a_k_major;
-  args.lda = tma_ld(a, e.a_k_major ? 1 : 0);
-  args.b = b.data_ptr();
+  args.lda = tma_ld(x, e.a_k_major ? 1 : 0);
+  args.b = y.data_ptr();
   args.b_k_major = e.b_k_major;
-  args.ldb = tma_ld(b.t(), e.b_k_major ? 1 : 0);
+  args.ldb = tma_ld(y, e.b_k_major ? 1 : 0);
   args.d = d_buf.data_ptr();
   args.ldd = ldd;
   args.d_pad_writable = c.pad_d;  // our own padded buffer: its tail columns are scratch
   args.scale_mode = e.scale_mode;
-  if (scale_a.defined()) args.scale_a = scale_a.data_ptr();
-  if (scale_b.defined()) args.scale_b = scale_b.data_ptr();
+  // Scales in the kernel's orientation: a swap-AB kernel's row scale is the weight's.
+  at::Tensor const& sx = e.swap_ab ? scale_b : scale_a;
+  at::Tensor const& sy = e.swap_ab ? scale_a : scale_b;
+  if (sx.defined()) args.scale_a = sx.data_ptr();
+  if (sy.defined()) args.scale_b = sy.data_ptr();
   args.sm_count = req.sm_count;
   args.max_workers = 0;
+  at::Tensor const workspace = attach_workspace(e, args, a.options());
   check_launch(e.run(args, c10::cuda::getCurrentCUDAStream(a.get_device())), op, e, args,
                int64_t(c10::elementSize(kernel_out)));
 
@@ -415,6 +438,7 @@ at::Tensor run_mx(char const* op, Problem const& p, DType b_dtype, std::optional
   args.scale_a = (e.swap_ab ? sc.b : sc.a).data_ptr();
   args.scale_b = (e.swap_ab ? sc.a : sc.b).data_ptr();
   args.sm_count = req.sm_count;
+  at::Tensor const workspace = attach_workspace(e, args, a.options());
   check_launch(e.run(args, stream), op, e, args, kernel_elem);
   at::Tensor d = c.pad_d ? d_buf.narrow(1, 0, p.n) : d_buf;
   if (kernel_out != p.out_dtype) return d.to(p.out_dtype);

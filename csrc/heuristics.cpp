@@ -69,6 +69,9 @@ constexpr double kOobFillBytesPerUs = 80e3;    // TMA zero-fill of out-of-bounds
 constexpr double kCoopEpilogueUsPer32K = 3.3;  // cooperative epilogue per 32K-element tile
 constexpr double kL2ShareOfDram = 0.25;        // L2 -> SM traffic slows a concurrent DRAM stream
 constexpr double kCopyLaunchUs = 6.0;          // one extra copy (pad_m), mostly its host time
+// Split-K: the flags' memset (a second node on the stream) and the reducer's flag round trip
+// through L2 after the slowest partial. A prior, not yet fitted to a sweep.
+constexpr double kSplitFixupUs = 2.0;
 }  // namespace model
 
 }  // namespace
@@ -79,10 +82,13 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   bool const mx_alu = block_scaled && c.mx_scales_in_alu;
   Estimate e;
   double const ea = bytes_of(r.a), eb = bytes_of(r.b), ed = bytes_of(r.d);
-  int64_t const mt = cdiv(r.m, g.tile_m), nt = cdiv(r.n, g.tile_n), kp = cdiv(r.k, g.tile_k) * g.tile_k;
+  int64_t const mt = cdiv(r.m, g.tile_m), nt = cdiv(r.n, g.tile_n), kt = cdiv(r.k, g.tile_k);
+  // Split-K: S' units per tile (S clamped to the K-tiles), the longest reducing ceil(Kt/S') K-tiles.
+  int64_t const splits = std::max<int64_t>(1, std::min<int64_t>(g.split_k, kt));
+  int64_t const kp = cdiv(kt, splits) * g.tile_k;  // K extent of one work unit
   int64_t const ids = cdiv(mt, g.cluster_m) * cdiv(nt, g.cluster_n);
   int64_t const workers = std::max<int64_t>(1, r.sm_count / (g.cluster_m * g.cluster_n));
-  e.waves = cdiv(ids, workers);
+  e.waves = cdiv(ids * splits, workers);
   e.tile_eff = double(r.m) * r.n / (double(ids * g.cluster_m * g.tile_m) * (g.cluster_n * g.tile_n));
 
   // Per k-tile work in SM clocks (fp8 tiles are twice as deep at twice the rate: same clocks).
@@ -107,10 +113,14 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   e.oob_us = oob_us;
 
   e.dram_us = double(r.m * r.k * ea + r.n * r.k * eb + r.m * r.n * ed) / c.dram_bytes_per_us;
-  double const l2_bytes = double(mt * nt) * kp * (rows_a * ea / g.cluster_n + rows_b * eb / g.cluster_m);
+  // Operand panels (every unit's K range: the whole K per tile) plus split-K's fp32 partials,
+  // written once and read once by the reducer.
+  double const l2_bytes = double(mt * nt) * (kt * g.tile_k) * (rows_a * ea / g.cluster_n + rows_b * eb / g.cluster_m) +
+                          double(mt * nt) * 2.0 * double(splits - 1) * g.tile_m * g.tile_n * 4.0;
   e.l2_us = l2_bytes / c.l2_bytes_per_us;
   // The zero-fill occupies the TMA unit that also feeds the loads: it adds to any bound.
-  e.us = std::max({e.mma_us, e.dram_us + kL2ShareOfDram * e.l2_us, e.l2_us}) + e.oob_us + c.launch_us;
+  e.us = std::max({e.mma_us, e.dram_us + kL2ShareOfDram * e.l2_us, e.l2_us}) + e.oob_us + c.launch_us +
+         (splits > 1 ? kSplitFixupUs : 0.0);
   if (pad_m) e.us += kCopyLaunchUs + 2.0 * double(r.m * r.k * ea) / c.dram_bytes_per_us;
   return e;
 }
@@ -226,7 +236,7 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
     Estimate est = estimate(r, e, table.cost);
     // Padding M copies A K-major, so it needs a K-major variant. Never with a per-row scale_a
     // (rowwise, or MX block scales): it has only M rows, and the padded rows would read past it.
-    if (r.m % e.geometry.tile_m != 0 && e.a_k_major && r.scale != ScaleMode::Rowwise &&
+    if (!e.swap_ab && r.m % e.geometry.tile_m != 0 && e.a_k_major && r.scale != ScaleMode::Rowwise &&
         r.scale != ScaleMode::Block32 &&
         r.m + e.geometry.tile_m < (int64_t(1) << 31)) {
       Estimate const padded = estimate(r, e, table.cost, /*pad_m=*/true);
@@ -260,6 +270,11 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                         : e.a_dtype == DType::E4M3 ? (e.fast_accum ? ", fast accumulation" : ", promoted fp32 accumulation")
                                                    : "") +
                        (e.swap_ab ? ", swap-AB (weight on the MMA's M side, D written transposed)" : "") +
+                       (e.geometry.split_k > 1
+                            ? ", split-K " + std::to_string(std::min<int64_t>(e.geometry.split_k,
+                                                                              cdiv(r.k, e.geometry.tile_k))) +
+                                  " (fixed-order workspace reduction)"
+                            : "") +
                        (e.tma_store ? "" : ", predicated stores"));
   }
   best.tuned = tuned_pick.has_value();

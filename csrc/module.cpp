@@ -41,10 +41,11 @@ at::Tensor schedule_order(std::string const& name, int m, int n, int l, int work
   return t;
 }
 
-// (workers, cluster_m*cluster_n, steps, 4) int32 filled on the GPU by the device scheduler:
-// batch, m_idx, n_idx, in_bounds; -1 where a worker has no step.
-at::Tensor device_schedule(std::string const& name, int m, int n, int l, int workers, int device) {
+// (workers, cluster_m*cluster_n, steps, 7) int32 filled on the GPU by the device scheduler:
+// batch, m_idx, n_idx, in_bounds, split, k_tile_begin, k_tile_end; -1 where a worker has no step.
+at::Tensor device_schedule(std::string const& name, int m, int n, int l, int workers, int device, int k_tiles) {
   check_shape(m, n, l, workers);
+  TORCH_CHECK_VALUE(k_tiles >= 1, msg("k_tiles must be >= 1, got ", k_tiles));
   find_config(name);
   ArchModule const* mod = arch_for_device(device);
   TORCH_CHECK(mod, msg("device_schedule: no kernel module is built for device ", device));
@@ -55,13 +56,15 @@ at::Tensor device_schedule(std::string const& name, int m, int n, int l, int wor
       if (name == mod->table->entries[i].config) shape = &mod->table->entries[i].geometry;
     TORCH_CHECK(shape, msg("device_schedule: config '", name, "' has a scheduler walk but no kernel entry"));
     int64_t const mt = (m + shape->tile_m - 1) / shape->tile_m, nt = (n + shape->tile_n - 1) / shape->tile_n;
-    int64_t const ids = l * ((mt + shape->cluster_m - 1) / shape->cluster_m) * ((nt + shape->cluster_n - 1) / shape->cluster_n);
+    int64_t const splits = std::min<int64_t>(shape->split_k, k_tiles);
+    int64_t const ids = l * ((mt + shape->cluster_m - 1) / shape->cluster_m) *
+                        ((nt + shape->cluster_n - 1) / shape->cluster_n) * splits;
     int64_t const steps = std::max<int64_t>(1, (ids + workers - 1) / workers);
     c10::cuda::CUDAGuard guard(device);
-    auto out = at::full({workers, shape->cluster_m * shape->cluster_n, steps, 4}, -1,
+    auto out = at::full({workers, shape->cluster_m * shape->cluster_n, steps, host::kDeviceWalkColumns}, -1,
                         at::TensorOptions().dtype(at::kInt).device(at::kCUDA, device));
     auto const* prop = &device_info(device);
-    cudaError_t err = s->walk(m, n, l, workers, prop->sm_count, out.data_ptr<int32_t>(),
+    cudaError_t err = s->walk(m, n, l, k_tiles, workers, prop->sm_count, out.data_ptr<int32_t>(),
                               c10::cuda::getCurrentCUDAStream(device));
     TORCH_CHECK(err == cudaSuccess, msg("device_schedule: launch failed: ", cudaGetErrorString(err)));
     return out;
@@ -229,5 +232,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("schedule_order", &schedule_order, py::arg("config"), py::arg("m"), py::arg("n"),
         py::arg("l") = 1, py::arg("workers"), py::arg("k_tiles") = 1);
   m.def("device_schedule", &device_schedule, py::arg("config"), py::arg("m"), py::arg("n"),
-        py::arg("l") = 1, py::arg("workers"), py::arg("device") = 0);
+        py::arg("l") = 1, py::arg("workers"), py::arg("device") = 0, py::arg("k_tiles") = 1);
 }

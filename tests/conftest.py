@@ -345,10 +345,12 @@ STRIDED_SCALED_MM_CASES = ("a_expand_rows", "b_expand_cols", "both_expanded", "p
 
 
 # -- the scheduler's device walk ------------------------------------------------------------------
-def expected_device_walk(cfg, m: int, n: int, l: int, workers: int, like: torch.Tensor) -> torch.Tensor:
+def expected_device_walk(cfg, m: int, n: int, l: int, workers: int, like: torch.Tensor,
+                         k_tiles: int = 1) -> torch.Tensor:
     """What ``pg._C.device_schedule`` must return for ``cfg``, from the Python reference:
-    ``[worker, CTA in cluster, step] = (batch, tile row, tile col, in bounds)``, -1 elsewhere."""
-    grid = cfg.grid(m, n, batch=l)
+    ``[worker, CTA in cluster, step] = (batch, tile row, tile col, in bounds, split, k_begin,
+    k_end)``, -1 elsewhere."""
+    grid = cfg.grid(m, n, batch=l, K=k_tiles * cfg.tile[2])
     cm, cn = cfg.schedule.cluster
     expect = torch.full_like(like, -1)
     for w in range(workers):
@@ -357,7 +359,7 @@ def expected_device_walk(cfg, m: int, n: int, l: int, workers: int, like: torch.
                 for rn in range(cn):
                     mi, ni = v.cluster_row * cm + rm, v.cluster_col * cn + rn
                     inb = int(mi < grid.tiles_m and ni < grid.tiles_n)
-                    expect[w, rm * cn + rn, v.step] = torch.tensor([v.batch, mi, ni, inb])
+                    expect[w, rm * cn + rn, v.step] = torch.tensor([v.batch, mi, ni, inb, v.split, v.k_begin, v.k_end])
     return expect
 
 

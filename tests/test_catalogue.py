@@ -134,7 +134,6 @@ def test_any_config_is_valid_and_round_trips_or_raises_config_error_with_a_reaso
         ("sm90a_mxfp8_128x128x64_c2x1_sw8_row_coop", r"MX kernels need tile_k = 128"),
         ("sm90a_mxfp8_64x48x128_c1x1_sw8_row_pp_swapab", r"tile_n dividing 128"),
         ("sm90a_e4m3xe2m1_128x128x128_c1x2_sw8_row_coop", r"FP8 x FP4 kernels must be swap_ab"),
-        ("sm90a_bf16_128x128x64_c1x2_sw8_row_pp_swapab", r"swap_ab is implemented for the MX families"),
         ("sm100a_bf16_256x256x64_c2x1_sw8_row_2sm_swapab", r"swap_ab is an sm90a option"),
         ("sm100a_bf16_128x256x64_c1x1_sw8_row_2sm", r"cluster_m must be even"),
         ("sm100a_bf16_256x256x64_c2x1_sw8_row_1sm", r"1sm UMMA needs tile_m in"),

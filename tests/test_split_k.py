@@ -70,16 +70,34 @@ def test_split_k_names_round_trip_and_refuse_sk1():
         TileSchedule(split_k=2.0)
 
 
-def test_split_k_configs_are_refused_before_compiling(tmp_path, monkeypatch):
-    cfg = _cfg(2)
-    assert "no kernel reduces K ranges yet" in cfg.kernel_rejection()
+def test_split_k_configs_outside_the_sm90_gemm_builder_are_refused_before_compiling(tmp_path, monkeypatch):
+    cfg = KernelConfig(tile=(64, 64, 128), kernel="pingpong", dtype="mxfp8", swap_ab=True,
+                       schedule=TileSchedule(split_k=2))
+    assert "K-range reduction is built into the sm90a 16-bit and e4m3 kernels only" in cfg.kernel_rejection()
     assert all(c.kernel_rejection() is None for c in CATALOGUE)
-    with pytest.raises(ValueError, match="no kernel reduces K ranges yet"):
+    with pytest.raises(ValueError, match="K-range reduction is built into"):
         codegen.kernel_tu(cfg, jit.variants_for(cfg)[0])
     monkeypatch.setattr(jit, "_compile", lambda *a, **k: pytest.fail("must not compile"))
     monkeypatch.setattr(jit, "registered_configs", lambda: set())
     with pytest.raises(ConfigError, match="valid schedule but cannot be compiled.*split_k=2"):
         jit.ensure(cfg)
+
+
+@pytest.mark.parametrize("swap_ab", [False, True])
+def test_split_k_and_swap_ab_lower_to_predicated_stores(swap_ab):
+    """The builder's static_asserts, mirrored: split-K and swap-AB kernels write D by predicated
+    stores; swap-AB ones take both operands K-major. The TU names the split tag and SwapAB."""
+    cfg = _cfg(2) if not swap_ab else KernelConfig(tile=(64, 16, 64), kernel="pingpong", swap_ab=True,
+                                                   schedule=TileSchedule(split_k=3))
+    for vs in (codegen.variants(cfg), jit.variants_for(cfg)):
+        assert vs and all(not v.tma_store for v in vs)
+        assert all(v.a_k_major and v.b_k_major for v in vs) or not swap_ab
+    tu = codegen.kernel_tu(cfg, jit.variants_for(cfg)[0])
+    assert f"Raster::Row, {cfg.schedule.split_k}>" in tu
+    assert f"constexpr bool kSwapAB = {str(swap_ab).lower()};" in tu
+    assert "size_t workspace_" in tu and "Gemm::workspace_bytes(args)" in tu
+    table = codegen.kernel_table("sm90a", [cfg])
+    assert f"KernelStyle::PingPong, {cfg.schedule.split_k}}}, &gen::run_" in table
 
 
 def test_footprint_of_one_wave_is_the_same_bytes_split_or_not():

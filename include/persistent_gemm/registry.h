@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 6;
+constexpr int kRegistryAbiVersion = 7;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -43,6 +43,10 @@ struct GemmArgs {
   ScaleMode scale_mode = ScaleMode::None;
   int32_t sm_count = 0;     // multiprocessors of the device (persistent grid size)
   int32_t max_workers = 0;  // 0: fill the GPU
+  // Split-K kernels: KernelEntry::workspace(args) bytes, 256 B aligned, owned by the caller for
+  // the launch (the kernel zeroes what must start zeroed, on the launch stream).
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 // One plain -> blocked scale conversion (KernelTable::scale_to_blocked).
@@ -61,6 +65,7 @@ struct KernelGeometry {
   int32_t tile_m, tile_n, tile_k;  // the tile one CTA owns (2-SM UMMA: half the MMA tile's M)
   int32_t cluster_m, cluster_n;
   KernelStyle style;
+  int32_t split_k;  // K ranges per output tile (the schedule's split_k; 1: none)
 };
 
 // What a kernel variant can run. The dispatcher matches a problem against these fields.
@@ -81,6 +86,8 @@ struct KernelEntry {
   KernelGeometry geometry;
   // Returns cudaSuccess or the launch error; never throws across the module boundary.
   cudaError_t (*run)(GemmArgs const& args, cudaStream_t stream);
+  // Bytes of GemmArgs::workspace this problem needs (0: none; split-K kernels).
+  size_t (*workspace)(GemmArgs const& args);
 };
 
 // The dispatcher's cost-model constants for one arch (python/persistent_gemm/archs.py CostModel,

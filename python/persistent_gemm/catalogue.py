@@ -18,6 +18,7 @@ from typing import Literal, Optional
 
 from .archs import ARCH_NAMES
 from .archs import ARCHS as _ARCH_SPECS
+from .library import lowering
 from .schedule import TileSchedule
 
 Arch = Literal["sm90a", "sm100a"]  # for type checkers; the values come from archs.ARCHS
@@ -87,8 +88,9 @@ class KernelConfig:
     swap_ab : bool
         The kernel computes D^T = W X^T: the weight fills the wgmma's 64-row M side and the
         tokens become a narrow N (decode), D is written transposed; ``tile`` is then
-        (weight rows, tokens, K). Adds the ``_swapab`` token. MX families on sm90a only; FP8 x
-        FP4 requires it (its e2m1 weight is converted in registers, which only the A side allows).
+        (weight rows, tokens, K). Adds the ``_swapab`` token. sm90a only; FP8 x FP4 requires it
+        (its e2m1 weight is converted in registers, which only the A side allows). Swap-AB and
+        split-K kernels of the 16-bit and e4m3 families write D by predicated stores.
     """
 
     tile: tuple[int, int, int] = (128, 256, 64)
@@ -137,8 +139,6 @@ class KernelConfig:
                 return f"cooperative kernels split tile_m across 2 consumer warpgroups: tile_m must be 128 or 256, got {tm}"
             if self.kernel == "pingpong" and tm not in (64, 128):
                 return f"ping-pong consumers each own a tile: tile_m must be 64 or 128, got {tm}"
-            if self.swap_ab and self.dtype not in MX_DTYPES:
-                return f"swap_ab is implemented for the MX families {MX_DTYPES} only, not {self.dtype}"
             if self.dtype in MX_DTYPES:
                 return self._sm90_mx_rejection()
             if self.dtype == "e4m3" and self.accum == "promoted":
@@ -224,13 +224,13 @@ class KernelConfig:
     def kernel_rejection(self) -> Optional[str]:
         """Why no kernel can be generated for this (valid) config, or None. A valid config can
         always be named, walked, pictured and parity-tested; only these cannot be compiled."""
-        from .library import lowering
-
-        if self.schedule.split_k > 1:
-            return (f"split_k={self.schedule.split_k}: the scheduler walks split-K schedules (K range per work "
-                    f"unit, parity-tested), but no kernel reduces K ranges yet, so {self.name} cannot be built")
-        if lowering(self.arch, self.dtype) is None:
+        low = lowering(self.arch, self.dtype)
+        if low is None:
             return f"no kernel lowering exists for {self.arch} {self.dtype}"
+        if self.schedule.split_k > 1 and (self.arch != "sm90a" or low.tu != "gemm"):
+            return (f"split_k={self.schedule.split_k}: the K-range reduction is built into the sm90a 16-bit and "
+                    f"e4m3 kernels only (not {self.arch} {self.dtype}), so {self.name} cannot be built; its "
+                    f"schedule can still be walked and pictured")
         return None
 
     # -- naming ----------------------------------------------------------------------------
@@ -324,6 +324,7 @@ class KernelConfig:
             "accum": ("persistent_gemm::kernel::AccumFast" if self.accum == "fast"
                       else "persistent_gemm::kernel::AccumPromoted"),
             "swap_ab": str(self.swap_ab).lower(),
+            "split_k": str(s.split_k),
         }
 
 
@@ -334,12 +335,12 @@ _NAME_RE = re.compile(
 
 
 def _cfg(tile, swizzle, cluster, kernel="cooperative", dtype="bf16", arch="sm90a", raster="row", stages=None,
-         accum="promoted", swap_ab=False):
+         accum="promoted", swap_ab=False, split_k=1):
     return KernelConfig(
         accum=accum,
         swap_ab=swap_ab,
         tile=tile,
-        schedule=TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster),
+        schedule=TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster, split_k=split_k),
         stages=stages,
         kernel=kernel,
         dtype=dtype,
@@ -367,6 +368,16 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     _cfg((64, 64, 64), 8, (1, 2), kernel="pingpong"),
     _cfg((128, 64, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
     _cfg((64, 64, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
+    # Decode (M <= 16) at the weight's read stream: swap-AB puts the weight on the 64-row wgmma
+    # side and the tokens on a 16-wide N, so a stage is 8 KB of weight and 2 KB of tokens (deep
+    # rings: ~20 stages in flight per SM) and no MMA work or TMA zero-fill is spent on padding
+    # rows. Split-K 2 fills the GPU where the weight has few 64-row tiles (N = 4096: 64 tiles) or
+    # a ragged last wave (N = 28672: 448 tiles = 3.4 waves -> 6.8).
+    _cfg((64, 16, 64), 1, (1, 1), kernel="pingpong", swap_ab=True),
+    _cfg((64, 16, 64), 1, (1, 1), kernel="pingpong", swap_ab=True, split_k=2),
+    _cfg((64, 16, 64), 1, (1, 1), kernel="pingpong", dtype="fp16", swap_ab=True),
+    _cfg((64, 16, 128), 1, (1, 1), kernel="pingpong", dtype="e4m3", swap_ab=True),
+    _cfg((64, 16, 128), 1, (1, 1), kernel="pingpong", dtype="e4m3", swap_ab=True, split_k=2),
     # MX (1x32 e8m0 block scales, applied per 32-K block in the mainloop). mxfp8 prefill: both
     # operands by TMA into smem, 128x128 cooperative (the promotion's three accumulator sets fill
     # the register budget). Decode: swap-AB, the weight on the 64-row side, tokens as a narrow N.

@@ -25,7 +25,7 @@ from typing import Iterable, Optional, Sequence
 from .archs import ARCHS
 from .catalogue import CATALOGUE, KernelConfig, selected
 
-from .library import ELEMENTS, SCALE_MODES, Variant, lowering  # noqa: F401  (Variant: codegen.Variant)
+from .library import ELEMENTS, SCALE_MODES, Variant, fit_variants, lowering  # noqa: F401  (Variant: codegen.Variant)
 
 
 def _is_primary(config: KernelConfig) -> bool:
@@ -43,8 +43,8 @@ def variants(config: KernelConfig) -> list[Variant]:
     if low is None:
         return []
     if config in CATALOGUE and not _is_primary(config):
-        return list(low.tuned)
-    return list(low.primary)
+        return fit_variants(config, low.tuned)
+    return fit_variants(config, low.primary)
 
 
 _PARITY_ROW = Template(
@@ -80,10 +80,11 @@ _SCHEDULE_TU = Template(
 #include "persistent_gemm/host/device_schedule.cuh"
 
 namespace persistent_gemm::gen {
-cudaError_t schedule_${ident}(int m, int n, int l, int workers, int sm_count, int32_t* out,
+cudaError_t schedule_${ident}(int m, int n, int l, int k_tiles, int workers, int sm_count, int32_t* out,
                               cudaStream_t stream) {
   using Scheduler = persistent_gemm::scheduler::PersistentTileScheduler<${schedule_tag}, ${tile_m}, ${tile_n}>;
-  return persistent_gemm::host::launch_device_schedule<Scheduler>(m, n, l, workers, sm_count, out, stream);
+  return persistent_gemm::host::launch_device_schedule<Scheduler>(m, n, l, k_tiles, workers, sm_count, out,
+                                                                  stream);
 }
 }  // namespace persistent_gemm::gen
 """
@@ -94,22 +95,21 @@ _KERNEL_TU = Template(
 #include "persistent_gemm/kernel/${header}.hpp"
 
 namespace persistent_gemm::gen {
-cudaError_t run_${ident}(persistent_gemm::GemmArgs const& args, cudaStream_t stream) {
-  using ElementA = ${a_type};
-  using ElementB = ${b_type};
-  using ElementD = ${d_type};
-  constexpr bool kAKMajor = ${a_k_major};
-  constexpr bool kBKMajor = ${b_k_major};
-  using TileShape = ${tile_shape};
-  using ClusterShape = ${cluster_shape};
-  using ScheduleTag = ${schedule_tag};
-  using KernelStyle = ${kernel_style};
-  constexpr int kStages = ${stages};  // 0: fill the shared memory the epilogue leaves
-${arch_aliases}  using Gemm = ${builder}<ElementA, kAKMajor, ElementB, kBKMajor, ElementD, TileShape, ClusterShape,
-      ScheduleTag, KernelStyle, kStages${arch_args}>;
-  return Gemm::run(args, stream);
-}
-}  // namespace persistent_gemm::gen
+namespace k_${ident} {
+using ElementA = ${a_type};
+using ElementB = ${b_type};
+using ElementD = ${d_type};
+constexpr bool kAKMajor = ${a_k_major};
+constexpr bool kBKMajor = ${b_k_major};
+using TileShape = ${tile_shape};
+using ClusterShape = ${cluster_shape};
+using ScheduleTag = ${schedule_tag};
+using KernelStyle = ${kernel_style};
+constexpr int kStages = ${stages};  // 0: fill the shared memory the epilogue leaves
+${arch_aliases}using Gemm = ${builder}<ElementA, kAKMajor, ElementB, kBKMajor, ElementD, TileShape, ClusterShape,
+    ScheduleTag, KernelStyle, kStages${arch_args}>;
+}  // namespace k_${ident}
+${entry_points}}  // namespace persistent_gemm::gen
 """
 )
 
@@ -118,19 +118,18 @@ _MX_KERNEL_TU = Template(
 #include "persistent_gemm/kernel/${header}.hpp"
 
 namespace persistent_gemm::gen {
-cudaError_t run_${ident}(persistent_gemm::GemmArgs const& args, cudaStream_t stream) {
-  using OperandX = ${operand_x};  // the MMA's A side: ${x_role}
-  using ElementD = ${d_type};
-  using TileShape = ${tile_shape};
-  using ClusterShape = ${cluster_shape};
-  using ScheduleTag = ${schedule_tag};
-  using KernelStyle = ${kernel_style};
-  constexpr int kStages = ${stages};  // 0: fill the shared memory
-  constexpr bool kSwapAB = ${swap_ab};
-  using Gemm = ${builder}<OperandX, ElementD, TileShape, ClusterShape, ScheduleTag, KernelStyle, kStages, kSwapAB>;
-  return Gemm::run(args, stream);
-}
-}  // namespace persistent_gemm::gen
+namespace k_${ident} {
+using OperandX = ${operand_x};  // the MMA's A side: ${x_role}
+using ElementD = ${d_type};
+using TileShape = ${tile_shape};
+using ClusterShape = ${cluster_shape};
+using ScheduleTag = ${schedule_tag};
+using KernelStyle = ${kernel_style};
+constexpr int kStages = ${stages};  // 0: fill the shared memory
+constexpr bool kSwapAB = ${swap_ab};
+using Gemm = ${builder}<OperandX, ElementD, TileShape, ClusterShape, ScheduleTag, KernelStyle, kStages, kSwapAB>;
+}  // namespace k_${ident}
+${entry_points}}  // namespace persistent_gemm::gen
 """
 )
 
@@ -139,18 +138,17 @@ _SM100_MX_KERNEL_TU = Template(
 #include "persistent_gemm/kernel/${header}.hpp"
 
 namespace persistent_gemm::gen {
-cudaError_t run_${ident}(persistent_gemm::GemmArgs const& args, cudaStream_t stream) {
-  using ElementB = ${b_type};  // the weight; the activations are e4m3
-  using ElementD = ${d_type};
-  using MmaTileShape = ${tile_shape};
-  using ClusterShape = ${cluster_shape};
-  using ScheduleTag = ${schedule_tag};
-  using KernelStyle = ${kernel_style};
-  constexpr int kStages = ${stages};  // 0: fill the shared memory the epilogue leaves
-  using Gemm = ${builder}<ElementB, ElementD, MmaTileShape, ClusterShape, ScheduleTag, KernelStyle, kStages>;
-  return Gemm::run(args, stream);
-}
-}  // namespace persistent_gemm::gen
+namespace k_${ident} {
+using ElementB = ${b_type};  // the weight; the activations are e4m3
+using ElementD = ${d_type};
+using MmaTileShape = ${tile_shape};
+using ClusterShape = ${cluster_shape};
+using ScheduleTag = ${schedule_tag};
+using KernelStyle = ${kernel_style};
+constexpr int kStages = ${stages};  // 0: fill the shared memory the epilogue leaves
+using Gemm = ${builder}<ElementB, ElementD, MmaTileShape, ClusterShape, ScheduleTag, KernelStyle, kStages>;
+}  // namespace k_${ident}
+${entry_points}}  // namespace persistent_gemm::gen
 """
 )
 
@@ -179,7 +177,7 @@ namespace persistent_gemm::host {
 using namespace persistent_gemm;
 static KernelEntry const kEntries[] = {
 ${entries}    {nullptr, DType::BF16, DType::BF16, DType::BF16, true, true, ScaleMode::None, true, false, false,
-     {0, 0, 0, 1, 1, KernelStyle::Cooperative}, nullptr},
+     {0, 0, 0, 1, 1, KernelStyle::Cooperative, 1}, nullptr, nullptr},
 };
 static ScheduleEntry const kSchedules[] = {
 ${schedules}    {nullptr, nullptr},
@@ -194,12 +192,21 @@ ScheduleEntry const* schedule_entries() { return kSchedules; }
 """
 )
 
+# The two functions every kernel TU exports to its table entry (KernelEntry::run / ::workspace).
+_ENTRY_POINTS = Template(
+    """cudaError_t run_${ident}(persistent_gemm::GemmArgs const& args, cudaStream_t stream) {
+  return k_${ident}::Gemm::run(args, stream);
+}
+size_t workspace_${ident}(persistent_gemm::GemmArgs const& args) { return k_${ident}::Gemm::workspace_bytes(args); }
+"""
+)
+
 _STYLE_ENUM = {"cooperative": "Cooperative", "pingpong": "PingPong", "1sm": "Umma1Sm", "2sm": "Umma2Sm"}
 
 _ENTRY = Template(
     '    {"${name}", DType::${a}, DType::${b}, DType::${d}, ${a_k_major}, ${b_k_major}, ScaleMode::${scale}, '
-    "${tma_store}, ${fast_accum}, ${swap_ab},\n     {${tile_m}, ${tile_n}, ${tile_k}, ${cluster_m}, ${cluster_n}, KernelStyle::${style}}, "
-    "&gen::run_${kid}},\n"
+    "${tma_store}, ${fast_accum}, ${swap_ab},\n     {${tile_m}, ${tile_n}, ${tile_k}, ${cluster_m}, ${cluster_n}, KernelStyle::${style}, "
+    "${split_k}}, &gen::run_${kid}, &gen::workspace_${kid}},\n"
 )
 
 
@@ -249,26 +256,30 @@ def kernel_tu(config: KernelConfig, v: Variant) -> str:
         raise ValueError(f"no kernel to generate for {config.name}: {why}")
     low = lowering(config.arch, config.dtype)
     ta = config.template_args()
+    kid = ident(f"{config.name}__{v.suffix}")
+    entry_points = _ENTRY_POINTS.substitute(ident=kid)
     if low.tu == "sm100_mx":
         return _SM100_MX_KERNEL_TU.substitute(
-            ta, suffix=v.suffix, ident=ident(f"{config.name}__{v.suffix}"), header=low.header, builder=low.builder,
-            b_type=ELEMENTS[low.b].cpp, d_type=ELEMENTS[v.out].cpp)
+            ta, suffix=v.suffix, ident=kid, header=low.header, builder=low.builder,
+            b_type=ELEMENTS[low.b].cpp, d_type=ELEMENTS[v.out].cpp, entry_points=entry_points)
     if low.tu == "sm90_mx":
         return _MX_KERNEL_TU.substitute(
-            ta, suffix=v.suffix, ident=ident(f"{config.name}__{v.suffix}"), header=low.header, builder=low.builder,
-            operand_x=low.operand_x, d_type=ELEMENTS[v.out].cpp,
+            ta, suffix=v.suffix, ident=kid, header=low.header, builder=low.builder,
+            operand_x=low.operand_x, d_type=ELEMENTS[v.out].cpp, entry_points=entry_points,
             x_role="the weight (swap-AB; D written transposed)" if config.swap_ab else "the activations")
     if low.epilogue_args:
-        arch_aliases = (f"  constexpr auto kScale = persistent_gemm::ScaleMode::{SCALE_MODES[v.scale]};\n"
-                        f"  constexpr bool kTmaStore = {str(v.tma_store).lower()};\n"
-                        f"  using Accumulation = {ta['accum']};\n")
-        arch_args = ", kScale, kTmaStore, Accumulation"
+        arch_aliases = (f"constexpr auto kScale = persistent_gemm::ScaleMode::{SCALE_MODES[v.scale]};\n"
+                        f"constexpr bool kTmaStore = {str(v.tma_store).lower()};\n"
+                        f"using Accumulation = {ta['accum']};\n"
+                        f"constexpr bool kSwapAB = {ta['swap_ab']};  // weight as A, D written transposed\n")
+        arch_args = ", kScale, kTmaStore, Accumulation, kSwapAB"
     else:
         arch_aliases, arch_args = "", ""
     return _KERNEL_TU.substitute(
         ta,
         suffix=v.suffix,
-        ident=ident(f"{config.name}__{v.suffix}"),
+        ident=kid,
+        entry_points=entry_points,
         header=low.header,
         builder=low.builder,
         a_type=ELEMENTS[low.a].cpp,
@@ -289,13 +300,14 @@ def kernel_table(arch: str, configs: Sequence[KernelConfig], chosen: Optional[di
     for c in configs:
         sid = ident(c.name)
         decls.append(
-            f"cudaError_t schedule_{sid}(int, int, int, int, int, int32_t*, cudaStream_t);"
+            f"cudaError_t schedule_{sid}(int, int, int, int, int, int, int32_t*, cudaStream_t);"
         )
         schedules.append(f'    {{"{c.name}", &gen::schedule_{sid}}},\n')
         low = lowering(arch, c.dtype)
         for v in (chosen[c.name] if chosen and c.name in chosen else variants(c)):
             kid = ident(f"{c.name}__{v.suffix}")
             decls.append(f"cudaError_t run_{kid}(GemmArgs const&, cudaStream_t);")
+            decls.append(f"size_t workspace_{kid}(GemmArgs const&);")
             entries.append(_ENTRY.substitute(
                 c.template_args(),
                 a=ELEMENTS[low.a].registry,

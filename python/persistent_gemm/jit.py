@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 from . import build_flags, codegen
 from .archs import ARCHS
 from .catalogue import ConfigError, KernelConfig
-from .library import Variant, lowering
+from .library import Variant, fit_variants, lowering
 
 __all__ = ["KernelNotBuiltError", "JitCompileError", "JIT_ENV", "CACHE_ENV", "cache_dir", "enabled", "ensure",
            "precompile", "ensure_many", "resolve", "runnable", "variants_for", "registered_configs", "cached_build"]
@@ -148,7 +148,7 @@ def variants_for(config: KernelConfig) -> list[Variant]:
         if v.out == "fp32" and v not in chosen and any(v.scale == t.scale and v.tma_store == t.tma_store
                                                        for t in low.tuned):
             chosen.append(v)
-    return chosen
+    return fit_variants(config, chosen)
 
 
 @functools.lru_cache(maxsize=None)  # runs nvcc: once per process, not once per config

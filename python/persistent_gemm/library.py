@@ -9,10 +9,10 @@ schedules and a catalogue name but no kernel to generate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
-__all__ = ["Element", "ELEMENTS", "Variant", "Lowering", "LOWERINGS", "lowering"]
+__all__ = ["Element", "ELEMENTS", "Variant", "Lowering", "LOWERINGS", "lowering", "fit_variants"]
 
 
 @dataclass(frozen=True)
@@ -136,3 +136,21 @@ LOWERINGS: dict[tuple[str, str], Lowering] = {(r.arch, r.family): r for r in (
 def lowering(arch: str, family: str) -> Optional[Lowering]:
     """The record for (arch, family), or None where no kernel is generated yet."""
     return LOWERINGS.get((arch, family))
+
+
+def fit_variants(config, variants) -> list:
+    """``variants`` as a config of the SM90 GEMM builder can take them (its static_asserts):
+    a swap-AB kernel reads both operands K-major and writes its transposed D by predicated
+    stores; a split-K kernel's partial units skip the epilogue, which the predicated one allows."""
+    low = lowering(config.arch, config.dtype)
+    if low is None or low.tu != "gemm":
+        return list(variants)
+    out = []
+    for v in variants:
+        if config.swap_ab and not (v.a_k_major and v.b_k_major):
+            continue
+        if config.swap_ab or config.schedule.split_k > 1:
+            v = replace(v, tma_store=False)
+        if v not in out:
+            out.append(v)
+    return out

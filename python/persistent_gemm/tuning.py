@@ -242,7 +242,7 @@ def _runner(op: str, args, out_dtype, use_fast_accum: bool, config: str):
     return lambda: fn(*args, out_dtype=od, config=config)
 
 
-def _time(calls, reps: int, inner: int, progress) -> list[list[float]]:
+def replay_times(calls, reps: int, inner: int, progress=lambda done, total: None) -> list[list[float]]:
     """Per candidate, ``reps`` replay times (us per call): each candidate's ``inner`` calls (over
     the rotated inputs) captured in one CUDA graph, replays interleaved across candidates."""
     import torch
@@ -358,7 +358,7 @@ def tune(M: int, N: int, K: int, *, op: str = "mm", dtype: Optional[str] = None,
 
     def run(names, label):
         calls = [[_runner(op, s, out, use_fast_accum, n) for s in sets] for n in names]
-        t = _time(calls, reps, inner, _bar(label, progress))
+        t = replay_times(calls, reps, inner, _bar(label, progress))
         return {n: statistics.median(x) for n, x in zip(names, t)}
 
     measured = run(list(pool), f"tune: {len(pool)} built")

@@ -23,14 +23,14 @@
 namespace persistent_gemm::epilogue {
 
 // TransposeD: the kernel computes D^T (swap-AB: the weight is the MMA's A operand), so its
-// element (m, n) is D's (n, m). Block32 (MX) scales were applied in the mainloop: nothing to do.
+// element (m, n) is D's (n, m). Scales are indexed in the kernel's orientation (the dispatcher
+// hands the weight's rowwise scale in as scale_a). Block32 (MX) scales were applied in the
+// mainloop: nothing to do.
 template <class ElementD_, persistent_gemm::ScaleMode Scale, bool TransposeD = false>
 class Sm90PredicatedEpilogue {
   static_assert(Scale == ScaleMode::None || Scale == ScaleMode::Tensorwise || Scale == ScaleMode::Rowwise ||
                     Scale == ScaleMode::Block32,
                 "Sm90PredicatedEpilogue: unknown scale mode");
-  static_assert(!TransposeD || Scale == ScaleMode::None || Scale == ScaleMode::Block32,
-                "a transposed D with epilogue scales would swap their roles: not wired");
 
  public:
   using ElementD = ElementD_;

@@ -10,7 +10,9 @@
 
 namespace persistent_gemm::host {
 
-using DeviceScheduleFn = cudaError_t (*)(int m, int n, int l, int workers, int sm_count,
+// A device walk's row: batch, m_idx, n_idx, in_bounds, split, k_tile_begin, k_tile_end.
+constexpr int kDeviceWalkColumns = 7;
+using DeviceScheduleFn = cudaError_t (*)(int m, int n, int l, int k_tiles, int workers, int sm_count,
                                          int32_t* out, cudaStream_t stream);
 struct ScheduleEntry {
   char const* config;

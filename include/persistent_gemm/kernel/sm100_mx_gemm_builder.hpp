@@ -165,6 +165,8 @@ struct Sm100MxGemm {
   static void const* entry() { return reinterpret_cast<void const*>(&cutlass::device_kernel<Kernel>); }
 
   // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
+  static size_t workspace_bytes(GemmArgs const&) { return 0; }  // no split-K here
+
   static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
     if (!can_implement(g)) return cudaErrorInvalidValue;
     return launch_sm100_persistent<Kernel>(entry(), make_arguments(g), stream);

@@ -1,7 +1,7 @@
 // Type builder + host runner for the persistent SM90 GEMM.
 //
 //   persistent_gemm::kernel::Sm90Gemm<ElementA, AKMajor, ElementB, BKMajor, ElementD, TileShape,
-//       ClusterShape, ScheduleTag, Style, Stages, Scale, TmaStore, Accum>::run(GemmArgs const&, stream)
+//       ClusterShape, ScheduleTag, Style, Stages, Scale, TmaStore, Accum, SwapAB>::run(GemmArgs const&, stream)
 //
 // D(M,N) = scale * A(M,K) @ B(K,N), fp32 accumulation, D row-major with leading dimension ldd.
 //   A: row-major (M,K) when AKMajor, else column-major.  B: column-major (K,N) when BKMajor,
@@ -16,6 +16,11 @@
 //                        needs a 16 B aligned D pointer, ldd AND N (a TMA store writes whole
 //                        16 B chunks at the N edge); otherwise use the !TmaStore variant.
 //           !TmaStore -> Sm90PredicatedEpilogue: per-thread predicated stores, any ldd.
+// SwapAB:   the caller passes the weight as A and the activations as B (decode: the weight fills
+//           the wgmma's 64-row side, the tokens a narrow N); D is written transposed, so the
+//           kernel's column-major (M', N') output is the op's row-major (M, N). Predicated stores.
+// Split-K:  a ScheduleTag with SplitK > 1 reduces K ranges through GemmArgs::workspace
+//           (Sm90GemmPersistent::split_fixup); predicated stores, the flags zeroed here.
 // Stages == 0 sizes the smem ring from what the epilogue leaves free.
 #pragma once
 
@@ -106,8 +111,10 @@ struct TmaFusion<ElementD, ScaleMode::Rowwise, TileShape> {
 };
 
 // Epilogue selection, lazily: only the chosen collective is ever instantiated.
-template <bool TmaStore, class ElementD, class TileShape, class ClusterShape, bool Coop, ScaleMode Scale>
+template <bool TmaStore, class ElementD, class TileShape, class ClusterShape, bool Coop, ScaleMode Scale,
+          bool TransposeD>
 struct EpilogueSelector {
+  static_assert(!TransposeD, "a transposed D is written by the predicated epilogue (TmaStore = false)");
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
   using Fusion = TmaFusion<ElementD, Scale, TileShape>;
   using Schedule = std::conditional_t<Coop, cutlass::epilogue::TmaWarpSpecializedCooperative,
@@ -127,9 +134,9 @@ struct EpilogueSelector {
   }
 };
 
-template <class ElementD, class TileShape, class ClusterShape, bool Coop, ScaleMode Scale>
-struct EpilogueSelector<false, ElementD, TileShape, ClusterShape, Coop, Scale> {
-  using Op = persistent_gemm::epilogue::Sm90PredicatedEpilogue<ElementD, Scale>;
+template <class ElementD, class TileShape, class ClusterShape, bool Coop, ScaleMode Scale, bool TransposeD>
+struct EpilogueSelector<false, ElementD, TileShape, ClusterShape, Coop, Scale, TransposeD> {
+  using Op = persistent_gemm::epilogue::Sm90PredicatedEpilogue<ElementD, Scale, TransposeD>;
   using Collective = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Op>;
 
   static typename Collective::Arguments make(GemmArgs const& g) {
@@ -181,7 +188,7 @@ constexpr int kernel_carveout_bytes() {
 
 template <class ElementA, bool AKMajor, class ElementB, bool BKMajor, class ElementD, class TileShape,
           class ClusterShape, class ScheduleTag, class Style, int Stages, persistent_gemm::ScaleMode Scale,
-          bool TmaStore, class Accum = AccumPromoted>
+          bool TmaStore, class Accum = AccumPromoted, bool SwapAB = false>
 struct Sm90Gemm {
   static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static constexpr bool kFp8 = cutlass::sizeof_bits<ElementA>::value == 8;
@@ -193,6 +200,11 @@ struct Sm90Gemm {
                 "Accum must be AccumPromoted or AccumFast");
   static_assert(kFp8 || std::is_same_v<Accum, AccumPromoted>,
                 "fast accumulation is an FP8 mainloop option; 16-bit operands always accumulate in fp32");
+  static_assert(!SwapAB || !TmaStore, "swap-AB writes D transposed: use the predicated epilogue (TmaStore = false)");
+  static_assert(!SwapAB || (AKMajor && BKMajor), "swap-AB takes the weight and the activations K-major");
+  static_assert(ScheduleTag::SplitK == 1 || !TmaStore,
+                "split-K: partial units skip the epilogue, which the stateless predicated epilogue allows "
+                "(TmaStore = false)");
   static constexpr bool kPromotedFp8 = kFp8 && std::is_same_v<Accum, AccumPromoted>;
   static_assert(!kPromotedFp8 || 3 * sm90_detail::accumulator_registers<TileShape, kCooperative>() <=
                                      sm90_detail::kAccumulatorRegisterBudget,
@@ -204,7 +216,8 @@ struct Sm90Gemm {
   static constexpr int kAlignA = 128 / cutlass::sizeof_bits<ElementA>::value;  // 16 B: the TMA minimum
   static constexpr int kAlignB = 128 / cutlass::sizeof_bits<ElementB>::value;
 
-  using EpilogueSel = sm90_detail::EpilogueSelector<TmaStore, ElementD, TileShape, ClusterShape, kCooperative, Scale>;
+  using EpilogueSel =
+      sm90_detail::EpilogueSelector<TmaStore, ElementD, TileShape, ClusterShape, kCooperative, Scale, SwapAB>;
   using CollectiveEpilogue = typename EpilogueSel::Collective;
 
   using MainloopSchedule = typename sm90_detail::MainloopSelector<Style, Accum>::type;
@@ -238,8 +251,12 @@ struct Sm90Gemm {
     args.epilogue = EpilogueSel::make(g);
     args.scheduler.max_workers = g.max_workers;
     args.sm_count = g.sm_count;
+    args.workspace = g.workspace;
     return args;
   }
+
+  // Split-K's workspace for this problem (0 when unsplit or K has a single K-tile).
+  static size_t workspace_bytes(GemmArgs const& g) { return Kernel::workspace_bytes(make_arguments(g)); }
 
   // What TMA itself requires (not CUTLASS's stricter extent-divisibility checks): 16 B aligned
   // bases, 16 B multiple non-unit strides no smaller than the contiguous extent, and scale
@@ -248,7 +265,8 @@ struct Sm90Gemm {
     if (g.m < 1 || g.n < 1 || g.k < 1 || g.scale_mode != Scale) return false;
     if (!g.a || !g.b || !g.d) return false;
     int64_t const a_contig = AKMajor ? g.k : g.m, b_contig = BKMajor ? g.k : g.n;
-    if (g.lda < a_contig || g.ldb < b_contig || g.ldd < g.n) return false;
+    // D's contiguous extent: N, or the kernel's M when it writes D transposed (swap-AB).
+    if (g.lda < a_contig || g.ldb < b_contig || g.ldd < (SwapAB ? g.m : g.n)) return false;
     if (!aligned16(g.a) || !aligned16(g.b)) return false;
     if ((g.lda * int64_t(sizeof(ElementA))) % 16 != 0 || (g.ldb * int64_t(sizeof(ElementB))) % 16 != 0) return false;
     if constexpr (TmaStore) {
@@ -262,13 +280,20 @@ struct Sm90Gemm {
     if constexpr (Scale != ScaleMode::None) {
       if (!g.scale_a || !g.scale_b) return false;
     }
-    return Kernel::can_implement(make_arguments(g));
+    auto const args = make_arguments(g);
+    if (g.workspace_bytes < Kernel::workspace_bytes(args)) return false;
+    return Kernel::can_implement(args);
   }
 
   // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
   static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
     if (!can_implement(g)) return cudaErrorInvalidValue;
-    return launch_sm90_persistent<Kernel>(make_arguments(g), stream);
+    auto const args = make_arguments(g);
+    if (size_t const flags = Kernel::flag_bytes(args)) {
+      cudaError_t const err = cudaMemsetAsync(g.workspace, 0, flags, stream);
+      if (err != cudaSuccess) return err;
+    }
+    return launch_sm90_persistent<Kernel>(args, stream);
   }
 };
 

@@ -17,6 +17,13 @@
 // Every role owns a PersistentTileScheduler and walks initial_work()/next_work() itself; the
 // walk is a pure function of (Params, blockIdx), so roles never exchange tile coordinates.
 //
+// Split-K (ScheduleTag::SplitK = S > 1): each work unit reduces its own K-tile range. Units
+// 0..S'-2 of a tile store their fp32 accumulators to a workspace slot (in fragment order: no
+// coordinate math) and raise the tile's flag; unit S'-1, the reducer, waits for the flag and adds
+// slots 0..S'-2 in index order before the normal epilogue, so the sum's order is fixed and the
+// result bitwise reproducible. The reducer waits only on smaller ids, which every worker reaches
+// no later than it (one clock, ids in order) and all launched clusters are resident: no deadlock.
+//
 // Tail CTAs (valid && !in_bounds: the part of a cluster hanging past the M/N tile grid) run the
 // normal path. They must keep issuing loads and releasing stages, because their cluster
 // partners consume the halves they multicast and wait on their consumers' releases; the TMA
@@ -53,9 +60,7 @@ class Sm90GemmPersistent {
   using CollectiveMainloop = CollectiveMainloop_;
   using CollectiveEpilogue = CollectiveEpilogue_;
   using ScheduleTag = ScheduleTag_;
-  static_assert(ScheduleTag::SplitK == 1,
-                "split-K schedules are walked by the scheduler but this kernel does not reduce K ranges yet "
-                "(KernelConfig.kernel_rejection says the same)");
+  static constexpr int kSplitK = ScheduleTag::SplitK;
   using Style = Style_;
   static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static_assert(kCooperative || std::is_same_v<Style, PingPong>, "Style must be Cooperative or PingPong");
@@ -119,6 +124,9 @@ class Sm90GemmPersistent {
   static constexpr uint32_t kMmaRegisters = kHeavyRegisterPressure ? 240 : 232;
 
   // ---- barriers ----------------------------------------------------------------------------
+  // Split-K's named barrier over the threads of one tile (PingPong: one per consumer WG); a user
+  // id, NamedBarrier adds CUTLASS's reserved count.
+  static constexpr uint32_t kSplitBarrier = 0;
   // PingPong: (mainloop, epilogue) x 2 WGs. Cooperative leaves it unused (32 B of smem).
   using MathOrderBarrier = cutlass::OrderedSequenceBarrier<2, kConsumerWarpGroups>;
   // Lets the mainloop warp issue its first tile's loads before the epilogue-load warp competes.
@@ -149,6 +157,8 @@ class Sm90GemmPersistent {
     typename CollectiveEpilogue::Arguments epilogue{};
     typename Scheduler::Arguments scheduler{};
     int sm_count = 0;  // multiprocessors of the device; sizes the persistent grid
+    // Split-K only: workspace_bytes(args) bytes, its first flag_bytes(args) zeroed before launch.
+    void* workspace = nullptr;
   };
 
   struct Params {
@@ -156,7 +166,37 @@ class Sm90GemmPersistent {
     typename CollectiveMainloop::Params mainloop{};
     typename CollectiveEpilogue::Params epilogue{};
     typename Scheduler::Params scheduler{};
+    int32_t* split_flags = nullptr;  // one per output tile: partial units done
+    float* split_partials = nullptr;  // [tile][split < S'-1][fragment element][MMA thread]
   };
+
+  // ---- split-K workspace ---------------------------------------------------------------------
+  static constexpr int kTileK = cute::size<2>(TileShape{});
+  static typename Scheduler::Params scheduler_params(Arguments const& args) {
+    typename Scheduler::Arguments sched = args.scheduler;
+    sched.m = cute::get<0>(args.problem);
+    sched.n = cute::get<1>(args.problem);
+    sched.l = cute::get<3>(args.problem);
+    sched.k_tiles = (cute::get<2>(args.problem) + kTileK - 1) / kTileK;
+    return Scheduler::to_underlying_arguments(sched, args.sm_count > 0 ? args.sm_count : 1);
+  }
+  // Flags first (zeroed by the launcher), 256 B aligned partials after; nothing when unsplit.
+  static size_t flag_bytes(Arguments const& args) {
+    if constexpr (kSplitK == 1) {
+      return 0;
+    } else {
+      auto const p = scheduler_params(args);
+      if (p.splits == 1) return 0;
+      return size_t((int64_t(p.tiles_m) * p.tiles_n * cute::get<3>(args.problem) * 4 + 255) / 256 * 256);
+    }
+  }
+  static size_t workspace_bytes(Arguments const& args) {
+    size_t const flags = flag_bytes(args);
+    if (flags == 0) return 0;
+    auto const p = scheduler_params(args);
+    int64_t const tiles = int64_t(p.tiles_m) * p.tiles_n * cute::get<3>(args.problem);
+    return flags + size_t(tiles) * size_t(p.splits - 1) * size_t(kTileM * kTileN) * sizeof(float);
+  }
 
   // Cheap structural checks only. The collectives' own can_implement also demands that the
   // contiguous extents (K of a K-major operand, N of D) be multiples of 16 B; TMA does not need
@@ -167,19 +207,21 @@ class Sm90GemmPersistent {
     if (m < 1 || n < 1 || k < 1 || l != 1) return false;
     if (args.sm_count < 1 && args.scheduler.max_workers < 1) return false;
     if (CollectiveEpilogue::get_workspace_size(args.problem, args.epilogue) != 0) return false;  // none wired
+    if (workspace_bytes(args) != 0 && (args.workspace == nullptr || reinterpret_cast<uintptr_t>(args.workspace) % 256))
+      return false;
     return true;
   }
 
   static Params to_underlying_arguments(Arguments const& args) {
-    int const sm_count = args.sm_count > 0 ? args.sm_count : 1;
-    typename Scheduler::Arguments sched = args.scheduler;
-    sched.m = cute::get<0>(args.problem);
-    sched.n = cute::get<1>(args.problem);
-    sched.l = cute::get<3>(args.problem);
-    return {args.problem,
-            CollectiveMainloop::to_underlying_arguments(args.problem, args.mainloop, nullptr),
-            CollectiveEpilogue::to_underlying_arguments(args.problem, args.epilogue, nullptr),
-            Scheduler::to_underlying_arguments(sched, sm_count)};
+    Params p{args.problem,
+             CollectiveMainloop::to_underlying_arguments(args.problem, args.mainloop, nullptr),
+             CollectiveEpilogue::to_underlying_arguments(args.problem, args.epilogue, nullptr),
+             scheduler_params(args)};
+    if (size_t const flags = flag_bytes(args)) {
+      p.split_flags = static_cast<int32_t*>(args.workspace);
+      p.split_partials = reinterpret_cast<float*>(static_cast<char*>(args.workspace) + flags);
+    }
+    return p;
   }
 
   static dim3 get_grid_shape(Params const& params) { return Scheduler::get_grid_shape(params.scheduler); }
@@ -187,6 +229,64 @@ class Sm90GemmPersistent {
   static dim3 get_cluster_shape() { return dim3(Scheduler::ClusterM, Scheduler::ClusterN, 1); }
 
   // ---- device -------------------------------------------------------------------------------
+  // The unit's K-tiles: [begin, begin + count). Unsplit kernels keep the whole-K constant.
+  CUTLASS_DEVICE static int k_begin(scheduler::WorkTileInfo const& w) {
+    if constexpr (kSplitK == 1) return 0;
+    else return w.k_tile_begin;
+  }
+  CUTLASS_DEVICE static int k_count(scheduler::WorkTileInfo const& w, int k_tiles) {
+    if constexpr (kSplitK == 1) return k_tiles;
+    else return w.k_tile_end - w.k_tile_begin;
+  }
+
+  // Split-K fixup, called by every thread that owns the tile (kMmaThreads of them) after its
+  // mainloop. Returns true when this unit runs the epilogue: the unsplit case and the reducer.
+  // A partial unit stores its fragment to its slot and raises the flag; the reducer waits for
+  // S'-1 raises, then adds the slots in index order (fixed order: bitwise reproducible).
+  template <class Accumulators>
+  CUTLASS_DEVICE static bool split_fixup(Params const& params, scheduler::WorkTileInfo const& work,
+                                         Accumulators& acc, int mma_thread_idx, uint32_t barrier_id) {
+    if constexpr (kSplitK == 1) {
+      return true;
+    } else {
+      int const splits = params.scheduler.splits;
+      bool const reducer = work.split_idx == splits - 1;
+      // A tail CTA's tile is outside the output: no slot, no flag; its stores are predicated off.
+      if (splits == 1 || !work.in_bounds) return reducer;
+      constexpr int kFrag = int(decltype(cute::size(acc))::value);
+      static_assert(kFrag * int(kMmaThreads) == kTileM * kTileN, "accumulator fragments must tile the output tile");
+      int64_t const tile = (int64_t(work.l_idx) * params.scheduler.tiles_m + work.m_idx) * params.scheduler.tiles_n +
+                           work.n_idx;
+      int32_t* const flag = params.split_flags + tile;
+      float* const slots = params.split_partials + tile * (splits - 1) * int64_t(kTileM * kTileN) + mma_thread_idx;
+      if (!reducer) {
+        float* const slot = slots + int64_t(work.split_idx) * (kTileM * kTileN);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < kFrag; ++i) __stcg(slot + i * int(kMmaThreads), acc(i));  // coalesced across threads
+        cutlass::arch::NamedBarrier::arrive_and_wait(kMmaThreads, barrier_id);
+        if (mma_thread_idx == 0) {
+          // Cumulative release: every thread's stores (ordered before us by the barrier) first.
+          asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(flag) : "memory");
+        }
+        return false;
+      }
+      if (mma_thread_idx == 0) {
+        int32_t done = 0;
+        do {
+          asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(done) : "l"(flag) : "memory");
+        } while (done < splits - 1);
+        *flag = 0;  // nobody touches it again in this launch
+      }
+      cutlass::arch::NamedBarrier::arrive_and_wait(kMmaThreads, barrier_id);
+      for (int s = 0; s < splits - 1; ++s) {
+        float const* const slot = slots + int64_t(s) * (kTileM * kTileN);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < kFrag; ++i) acc(i) += __ldcg(slot + i * int(kMmaThreads));
+      }
+      return true;
+    }
+  }
+
   CUTLASS_DEVICE void operator()(Params const& params, char* smem_buf) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace cute;
@@ -259,7 +359,7 @@ class Sm90GemmPersistent {
     CollectiveEpilogue collective_epilogue(params.epilogue, shared.tensors.epilogue);
     auto load_inputs = collective_mainloop.load_init(problem_mnkl, params.mainloop);
     Tensor gA_mkl = get<0>(load_inputs);                         // (BLK_M, BLK_K, m, k, l)
-    int const k_tiles = int(size<3>(gA_mkl));                    // same K extent for every tile
+    int const k_tiles = int(size<3>(gA_mkl));                    // K-tiles of the whole problem
     constexpr int epi_load_inc = CollectiveEpilogue::get_load_pipe_increment(TileShape{});
     constexpr int epi_store_inc = CollectiveEpilogue::get_store_pipe_increment(TileShape{});
 
@@ -277,11 +377,11 @@ class Sm90GemmPersistent {
         bool first_tile = true;
         for (auto work = scheduler.initial_work(); work.is_valid(); work = scheduler.next_work(work)) {
           auto blk_coord = make_coord(work.m_idx, work.n_idx, _, work.l_idx);
-          auto k_tile_iter = cute::make_coord_iterator(shape<3>(gA_mkl));
+          int const k_n = k_count(work, k_tiles);
+          auto k_tile_iter = cute::make_coord_iterator(idx2crd(k_begin(work), shape<3>(gA_mkl)), shape<3>(gA_mkl));
           collective_mainloop.load(params.mainloop, mainloop_pipeline, write_state, load_inputs, blk_coord,
-                                   k_tile_iter, k_tiles, lane_idx, block_rank_in_cluster,
-                                   shared.tensors.mainloop);
-          write_state.advance(k_tiles);
+                                   k_tile_iter, k_n, lane_idx, block_rank_in_cluster, shared.tensors.mainloop);
+          write_state.advance(k_n);
           if (first_tile) {
             load_order_barrier.arrive();
             first_tile = false;
@@ -314,11 +414,13 @@ class Sm90GemmPersistent {
         for (auto work = scheduler.initial_work(); work.is_valid(); work = scheduler.next_work(work)) {
           auto blk_coord = make_coord(work.m_idx, work.n_idx, _, work.l_idx);
           auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
+          int const k_n = k_count(work, k_tiles);
           set_tile(collective_mainloop, blk_coord);
-          collective_mainloop.mma(mainloop_pipeline, read_state, accumulators, k_tiles, mma_thread_idx,
+          collective_mainloop.mma(mainloop_pipeline, read_state, accumulators, k_n, mma_thread_idx,
                                   shared.tensors.mainloop, params.mainloop);
-          collective_mainloop.mma_tail(mainloop_pipeline, read_state, k_tiles);
-          read_state.advance(k_tiles);
+          collective_mainloop.mma_tail(mainloop_pipeline, read_state, k_n);
+          read_state.advance(k_n);
+          if (!split_fixup(params, work, accumulators, mma_thread_idx, kSplitBarrier)) continue;
 
           auto [load_next, store_next] = collective_epilogue.store(
               epi_load_pipeline, epi_load_state, epi_store_pipeline, epi_store_state, problem_mnkl, TileShape{},
@@ -336,8 +438,8 @@ class Sm90GemmPersistent {
         // in and skip the other WG's tile after each of its own, exactly as the producer fills.
         auto work = scheduler.initial_work();
         if (consumer == 1) {
+          read_state.advance(k_count(work, k_tiles));
           work = scheduler.next_work(work);
-          read_state.advance(k_tiles);
           epi_load_state.advance(epi_load_inc);
           epi_store_state.advance(epi_store_inc);
         }
@@ -345,15 +447,26 @@ class Sm90GemmPersistent {
           auto blk_coord = make_coord(work.m_idx, work.n_idx, _, work.l_idx);
           auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
 
+          int const k_n = k_count(work, k_tiles);
           math_order_barrier.wait();  // my turn on the tensor cores
           set_tile(collective_mainloop, blk_coord);
-          collective_mainloop.mma(mainloop_pipeline, read_state, accumulators, k_tiles, group_thread_idx,
+          collective_mainloop.mma(mainloop_pipeline, read_state, accumulators, k_n, group_thread_idx,
                                   shared.tensors.mainloop, params.mainloop);
           math_order_barrier.arrive();  // the other WG's mainloop may start while I finish up
-          collective_mainloop.mma_tail(mainloop_pipeline, read_state, k_tiles);
-          read_state.advance(2 * k_tiles);
+          collective_mainloop.mma_tail(mainloop_pipeline, read_state, k_n);
+          // Skip the other WG's unit in the ring: its own K count (a pure function of its id).
+          auto const other = scheduler.next_work(work);
+          read_state.advance(k_n + (other.is_valid() ? k_count(other, k_tiles) : 0));
 
           math_order_barrier.wait();  // epilogues alternate too: they share smem and a named barrier
+          if (!split_fixup(params, work, accumulators, group_thread_idx, kSplitBarrier + uint32_t(consumer))) {
+            // A partial unit stores nothing: keep the epilogue turn, and step the states past
+            // this unit and the other WG's as a store would have.
+            epi_load_state.advance(2 * epi_load_inc);
+            epi_store_state.advance(2 * epi_store_inc);
+            math_order_barrier.arrive();
+            continue;
+          }
           auto [load_next, store_next] = collective_epilogue.store(
               epi_load_pipeline, epi_load_state, epi_store_pipeline, epi_store_state, problem_mnkl, TileShape{},
               blk_coord, accumulators, tiled_mma, group_thread_idx, shared.tensors.epilogue);

@@ -107,6 +107,8 @@ struct Sm90MxGemm {
   }
 
   // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
+  static size_t workspace_bytes(GemmArgs const&) { return 0; }  // no split-K here
+
   static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
     if (!can_implement(g)) return cudaErrorInvalidValue;
     return launch_sm90_persistent<Kernel>(make_arguments(g), stream);
