@@ -56,14 +56,22 @@ def operands(op: str, m: int, n: int, k: int, copies: int):
     return out
 
 
-def contenders(op: str):
+def contenders(op: str, forced=()):
+    """ours (the dispatcher's pick), cuBLAS, and each forced config of the op's family."""
+    family = "bf16" if op == "mm" else "e4m3"
+    forced = [c for c in forced if f"_{family}_" in c]
     if op == "mm":
-        return {"ours": lambda a, b, sa, sb: pg.mm(a, b), "cublas": lambda a, b, sa, sb: torch.mm(a, b)}
-    return {
+        fns = {"ours": lambda a, b, sa, sb: pg.mm(a, b), "cublas": lambda a, b, sa, sb: torch.mm(a, b)}
+        fns.update({c: (lambda a, b, sa, sb, c=c: pg.mm(a, b, config=c)) for c in forced})
+        return fns
+    fns = {
         "ours": lambda a, b, sa, sb: pg.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=False),
         "cublas": lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
                                                         use_fast_accum=False),
     }
+    fns.update({c: (lambda a, b, sa, sb, c=c: pg.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, config=c))
+                for c in forced})
+    return fns
 
 
 def host_us(fn, args, calls: int = 300) -> float:
@@ -85,18 +93,22 @@ def main() -> int:
     p.add_argument("--ops", default=",".join(OPS))
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--inner", type=int, default=20, help="calls per captured graph")
+    p.add_argument("--force", default="", help="comma-separated configs also timed, forced (<out>_forced.csv)")
+    p.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    p.add_argument("--weights", default=",".join(f"{n}x{k}" for n, k in WEIGHTS), help="NxK,... (the weight is N x K)")
     a = p.parse_args()
     ops = a.ops.split(",")
-    rows = []
+    forced_names = [c for c in a.force.split(",") if c]
+    rows, forced_rows = [], []
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     for op in ops:
-        for n, k in WEIGHTS:
-            for m in TOKENS:
+        for n, k in (tuple(map(int, w.split("x"))) for w in a.weights.split(",")):
+            for m in map(int, a.tokens.split(",")):
                 elem = 2 if op == "mm" else 1
                 weight = n * k * elem
                 copies = max(2, min(8, math.ceil(2 * l2 / weight) + 1))
                 ins = operands(op, m, n, k, copies)
-                fns = contenders(op)
+                fns = contenders(op, forced_names)
                 calls = [[(lambda f=f, x=x: f(*x)) for x in ins] for f in fns.values()]
                 times = replay_times(calls, a.reps, a.inner)
                 med = {label: statistics.median(t) for label, t in zip(fns, times)}
@@ -110,6 +122,12 @@ def main() -> int:
                            ours_host_us=round(host_us(fns["ours"], x), 1),
                            cublas_host_us=round(host_us(fns["cublas"], x), 1), config=choice.config)
                 rows.append(row)
+                for label in fns:
+                    if label not in ("ours", "cublas"):
+                        forced_rows.append(dict(op=op, M=m, N=n, K=k, config=label, us=round(med[label], 2),
+                                                gbps=round(moved / med[label] / 1e3, 1),
+                                                vs_cublas=round(med["cublas"] / med[label], 3)))
+                        print(f"  forced {label}: {med[label]:.2f} us ({forced_rows[-1]['vs_cublas']}x)", flush=True)
                 print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -117,6 +135,11 @@ def main() -> int:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    if forced_rows:
+        with open(f"{out}_forced.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(forced_rows[0]))
+            w.writeheader()
+            w.writerows(forced_rows)
     lines = [f"# Decode in CUDA-graph replay ({torch.cuda.get_device_name(0)}, torch {torch.__version__})", "",
              "| op | M | N | K | ours us | cuBLAS us | ours / cuBLAS speed | ours GB/s | cuBLAS GB/s | host us ours / cuBLAS | config |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -130,7 +130,7 @@ class KernelConfig:
         tm, tn, tk = self.tile
         if self.stages is not None and not 2 <= self.stages <= 12:
             return f"stages must be None (auto) or in [2, 12], got {self.stages}"
-        if tk * DTYPE_BYTES[self.dtype] not in (64, 128):
+        if tk * DTYPE_BYTES[self.dtype] not in (64, 128) and not (self.swap_ab and tk * DTYPE_BYTES[self.dtype] == 256):  # EXPERIMENT
             return f"tile_k={tk} x {DTYPE_BYTES[self.dtype]} B is not one 64 B or 128 B swizzled row"
         if tn % 16 or not 16 <= tn <= 256:
             return f"tile_n={tn} must be a multiple of 16 in [16, 256] (one wgmma/UMMA N extent)"

@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include <cuda_runtime_api.h>
@@ -252,6 +253,11 @@ struct Sm90Gemm {
     args.scheduler.max_workers = g.max_workers;
     args.sm_count = g.sm_count;
     args.workspace = g.workspace;
+    static int const k_rotate = [] {  // EXPERIMENT
+      char const* v = std::getenv("PGEMM_K_ROTATE");
+      return v ? std::atoi(v) : 0;
+    }();
+    args.k_rotate = k_rotate;
     return args;
   }
 

@@ -159,6 +159,7 @@ class Sm90GemmPersistent {
     int sm_count = 0;  // multiprocessors of the device; sizes the persistent grid
     // Split-K only: workspace_bytes(args) bytes, its first flag_bytes(args) zeroed before launch.
     void* workspace = nullptr;
+    int32_t k_rotate = 0;  // EXPERIMENT
   };
 
   struct Params {
@@ -168,6 +169,7 @@ class Sm90GemmPersistent {
     typename Scheduler::Params scheduler{};
     int32_t* split_flags = nullptr;  // one per output tile: partial units done
     float* split_partials = nullptr;  // [tile][split < S'-1][fragment element][MMA thread]
+    int32_t k_rotate = 0;             // EXPERIMENT: see the producer
   };
 
   // ---- split-K workspace ---------------------------------------------------------------------
@@ -217,6 +219,7 @@ class Sm90GemmPersistent {
              CollectiveMainloop::to_underlying_arguments(args.problem, args.mainloop, nullptr),
              CollectiveEpilogue::to_underlying_arguments(args.problem, args.epilogue, nullptr),
              scheduler_params(args)};
+    p.k_rotate = args.k_rotate;
     if (size_t const flags = flag_bytes(args)) {
       p.split_flags = static_cast<int32_t*>(args.workspace);
       p.split_partials = reinterpret_cast<float*>(static_cast<char*>(args.workspace) + flags);
@@ -378,10 +381,20 @@ class Sm90GemmPersistent {
         for (auto work = scheduler.initial_work(); work.is_valid(); work = scheduler.next_work(work)) {
           auto blk_coord = make_coord(work.m_idx, work.n_idx, _, work.l_idx);
           int const k_n = k_count(work, k_tiles);
-          auto k_tile_iter = cute::make_coord_iterator(idx2crd(k_begin(work), shape<3>(gA_mkl)), shape<3>(gA_mkl));
+          // EXPERIMENT (k_rotate): start each tile's K loop at a tile-dependent K-tile and wrap,
+          // so concurrent tiles do not read the same column offsets of the weight together.
+          int const rot = params.k_rotate > 0 && k_n > 1 ? (work.m_idx * params.k_rotate + work.n_idx) % k_n : 0;
+          auto k_tile_iter =
+              cute::make_coord_iterator(idx2crd(k_begin(work) + rot, shape<3>(gA_mkl)), shape<3>(gA_mkl));
           collective_mainloop.load(params.mainloop, mainloop_pipeline, write_state, load_inputs, blk_coord,
-                                   k_tile_iter, k_n, lane_idx, block_rank_in_cluster, shared.tensors.mainloop);
-          write_state.advance(k_n);
+                                   k_tile_iter, k_n - rot, lane_idx, block_rank_in_cluster, shared.tensors.mainloop);
+          write_state.advance(k_n - rot);
+          if (rot > 0) {
+            auto wrap_iter = cute::make_coord_iterator(idx2crd(k_begin(work), shape<3>(gA_mkl)), shape<3>(gA_mkl));
+            collective_mainloop.load(params.mainloop, mainloop_pipeline, write_state, load_inputs, blk_coord,
+                                     wrap_iter, rot, lane_idx, block_rank_in_cluster, shared.tensors.mainloop);
+            write_state.advance(rot);
+          }
           if (first_tile) {
             load_order_barrier.arrive();
             first_tile = false;
@@ -458,8 +471,13 @@ class Sm90GemmPersistent {
           auto const other = scheduler.next_work(work);
           read_state.advance(k_n + (other.is_valid() ? k_count(other, k_tiles) : 0));
 
+          // Split-K fixup outside the epilogue turn: a partial publishes as soon as its MMAs are
+          // done, and a waiting reducer holds no turn, so the other WG's mainloop runs meanwhile
+          // (inside the turn, every wait would stall this CTA's whole ordered sequence).
+          bool const stores = split_fixup(params, work, accumulators, group_thread_idx,
+                                          kSplitBarrier + uint32_t(consumer));
           math_order_barrier.wait();  // epilogues alternate too: they share smem and a named barrier
-          if (!split_fixup(params, work, accumulators, group_thread_idx, kSplitBarrier + uint32_t(consumer))) {
+          if (!stores) {
             // A partial unit stores nothing: keep the epilogue turn, and step the states past
             // this unit and the other WG's as a store would have.
             epi_load_state.advance(2 * epi_load_inc);
