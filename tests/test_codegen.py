@@ -53,7 +53,7 @@ def test_generate_writes_named_files(tmp_path):
 
 
 def test_kernel_table_carries_each_configs_geometry(tmp_path):
-    # The dispatcher's cost model reads tile, cluster and style from the entry, never the name;
+    # The dispatcher's cost model reads tile, cluster, style and split from the entry, never the name;
     # 2-SM UMMA entries carry the per-CTA tile (half the MMA tile's M) that the scheduler counts.
     codegen.generate(tmp_path, ["sm90a", "sm100a"], pattern="")
     for arch in ("sm90a", "sm100a"):
@@ -65,7 +65,9 @@ def test_kernel_table_carries_each_configs_geometry(tmp_path):
             rows = [r for r in kt.split('{"')[1:] if r.startswith(cfg.name + '"') and "DType::" in r]
             assert rows, cfg.name
             for row in rows:
-                assert f"{{{tm}, {tn}, {tk}, {cm}, {cn}, KernelStyle::{style}}}" in row, (cfg.name, row)
+                sk = cfg.schedule.split_k
+                assert f"{{{tm}, {tn}, {tk}, {cm}, {cn}, KernelStyle::{style}, {sk}}}" in row, (cfg.name, row)
+                assert f"&gen::workspace_{codegen.ident(cfg.name)}__" in row, (cfg.name, row)
     two_sm = next(c for c in CATALOGUE if c.kernel == "2sm")
     assert two_sm.cta_tile[0] == two_sm.tile[0] // 2
 
@@ -132,7 +134,10 @@ def test_every_config_lowers_through_its_family_record():
                 continue
             assert f"using ElementA = {ELEMENTS[low.a].cpp};" in tu
             assert f"using ElementB = {ELEMENTS[low.b].cpp};" in tu
-            assert ("kScale, kTmaStore, Accumulation>" in tu) == low.epilogue_args
+            assert ("kScale, kTmaStore, Accumulation, kSwapAB>" in tu) == low.epilogue_args
+            if low.epilogue_args:  # swap-AB and split-K kernels write D by predicated stores
+                assert f"constexpr bool kSwapAB = {str(cfg.swap_ab).lower()};" in tu
+                assert not v.tma_store or not (cfg.swap_ab or cfg.schedule.split_k > 1)
 
 
 def test_mx_lowerings():
@@ -156,6 +161,7 @@ def test_mx_entries_carry_swap_ab_and_block_scales():
         for v in codegen.variants(cfg):
             kid = codegen.ident(f"{cfg.name}__{v.suffix}")
             line = next(l for l in table.splitlines() if f'"{cfg.name}"' in l and "DType" in l and
-                        table.splitlines()[table.splitlines().index(l) + 1].endswith(f"&gen::run_{kid}}},"))
+                        table.splitlines()[table.splitlines().index(l) + 1].endswith(
+                            f"&gen::run_{kid}, &gen::workspace_{kid}}},"))
             assert "ScaleMode::Block32" in line
             assert f"false, false, {str(cfg.swap_ab).lower()}," in line

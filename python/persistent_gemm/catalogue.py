@@ -72,7 +72,8 @@ class KernelConfig:
     tile : (tile_m, tile_n, tile_k)
         CTA tile. On SM90 cooperative kernels split tile_m across two consumer warpgroups
         (tile_m in {128, 256}); ping-pong consumers each own a whole tile (tile_m = 64 or 128).
-        tile_k * element bytes must be 64 or 128 (one 128B-swizzled shared-memory row).
+        tile_k * element bytes must be 64 or 128 (one swizzled shared-memory row), or 256 (two
+        128 B swizzle atoms) for the sm90a 16-bit and e4m3 kernels.
     schedule : TileSchedule
         Swizzle, cluster shape and raster order.
     stages : int or None
@@ -130,8 +131,10 @@ class KernelConfig:
         tm, tn, tk = self.tile
         if self.stages is not None and not 2 <= self.stages <= 12:
             return f"stages must be None (auto) or in [2, 12], got {self.stages}"
-        if tk * DTYPE_BYTES[self.dtype] not in (64, 128) and not (self.swap_ab and tk * DTYPE_BYTES[self.dtype] == 256):  # EXPERIMENT
-            return f"tile_k={tk} x {DTYPE_BYTES[self.dtype]} B is not one 64 B or 128 B swizzled row"
+        row = tk * DTYPE_BYTES[self.dtype]
+        if row not in (64, 128, 256) or (row == 256 and (self.arch != "sm90a" or self.dtype in MX_DTYPES)):
+            return (f"tile_k={tk} x {DTYPE_BYTES[self.dtype]} B is not one 64 B or 128 B swizzled row (or, for the "
+                    f"sm90a 16-bit and e4m3 kernels, two 128 B swizzle atoms: 256 B)")
         if tn % 16 or not 16 <= tn <= 256:
             return f"tile_n={tn} must be a multiple of 16 in [16, 256] (one wgmma/UMMA N extent)"
         if self.arch == "sm90a":
@@ -369,15 +372,15 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     _cfg((128, 64, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
     _cfg((64, 64, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
     # Decode (M <= 16) at the weight's read stream: swap-AB puts the weight on the 64-row wgmma
-    # side and the tokens on a 16-wide N, so a stage is 8 KB of weight and 2 KB of tokens (deep
-    # rings: ~20 stages in flight per SM) and no MMA work or TMA zero-fill is spent on padding
-    # rows. Split-K 2 fills the GPU where the weight has few 64-row tiles (N = 4096: 64 tiles) or
-    # a ragged last wave (N = 28672: 448 tiles = 3.4 waves -> 6.8).
-    _cfg((64, 16, 64), 1, (1, 1), kernel="pingpong", swap_ab=True),
-    _cfg((64, 16, 64), 1, (1, 1), kernel="pingpong", swap_ab=True, split_k=2),
-    _cfg((64, 16, 64), 1, (1, 1), kernel="pingpong", dtype="fp16", swap_ab=True),
-    _cfg((64, 16, 128), 1, (1, 1), kernel="pingpong", dtype="e4m3", swap_ab=True),
-    _cfg((64, 16, 128), 1, (1, 1), kernel="pingpong", dtype="e4m3", swap_ab=True, split_k=2),
+    # side and the tokens on a 16-wide N, so no MMA work or TMA zero-fill is spent on padding
+    # rows, and a stage is 16 KB of weight, 256 B per weight row (two swizzle atoms: measured
+    # 3-5% faster than 128 B rows, benchmarks/results/issue12). Split-K 4 puts every SM on the
+    # weight where it has few 64-row tiles (N <= 2048: <= 32 tiles).
+    _cfg((64, 16, 128), 1, (1, 1), kernel="pingpong", swap_ab=True),
+    _cfg((64, 16, 128), 1, (1, 1), kernel="pingpong", swap_ab=True, split_k=4),
+    _cfg((64, 16, 128), 1, (1, 1), kernel="pingpong", dtype="fp16", swap_ab=True),
+    _cfg((64, 16, 256), 1, (1, 1), kernel="pingpong", dtype="e4m3", swap_ab=True),
+    _cfg((64, 16, 256), 1, (1, 1), kernel="pingpong", dtype="e4m3", swap_ab=True, split_k=4),
     # MX (1x32 e8m0 block scales, applied per 32-K block in the mainloop). mxfp8 prefill: both
     # operands by TMA into smem, 128x128 cooperative (the promotion's three accumulator sets fill
     # the register budget). Decode: swap-AB, the weight on the 64-row side, tokens as a narrow N.

@@ -20,13 +20,13 @@
 //           the wgmma's 64-row side, the tokens a narrow N); D is written transposed, so the
 //           kernel's column-major (M', N') output is the op's row-major (M, N). Predicated stores.
 // Split-K:  a ScheduleTag with SplitK > 1 reduces K ranges through GemmArgs::workspace
-//           (Sm90GemmPersistent::split_fixup); predicated stores, the flags zeroed here.
+//           (Sm90GemmPersistent::split_fixup); predicated stores; one nonce per launch.
 // Stages == 0 sizes the smem ring from what the epilogue leaves free.
 #pragma once
 
 #include <atomic>
+#include <random>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include <cuda_runtime_api.h>
@@ -54,6 +54,19 @@ namespace persistent_gemm::kernel {
 // Accumulation tags (catalogue.py's KernelConfig.accum).
 struct AccumPromoted {};
 struct AccumFast {};
+
+// Split-K flags' per-launch values (Sm90GemmPersistent::split_fixup): a random 64-bit start per
+// process (no earlier process's leftovers match, nor do small integers or float bit patterns
+// by more than chance, 2^-64), then one step per launch; never 0 (the cleared state).
+inline uint64_t next_split_nonce() {
+  static std::atomic<uint64_t> counter{0};
+  static uint64_t const seed = [] {
+    std::random_device rd;
+    return uint64_t(rd()) << 32 | rd();
+  }();
+  uint64_t const n = seed + counter.fetch_add(1, std::memory_order_relaxed);
+  return n != 0 ? n : 1;
+}
 
 namespace sm90_detail {
 
@@ -253,11 +266,6 @@ struct Sm90Gemm {
     args.scheduler.max_workers = g.max_workers;
     args.sm_count = g.sm_count;
     args.workspace = g.workspace;
-    static int const k_rotate = [] {  // EXPERIMENT
-      char const* v = std::getenv("PGEMM_K_ROTATE");
-      return v ? std::atoi(v) : 0;
-    }();
-    args.k_rotate = k_rotate;
     return args;
   }
 
@@ -294,11 +302,8 @@ struct Sm90Gemm {
   // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
   static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
     if (!can_implement(g)) return cudaErrorInvalidValue;
-    auto const args = make_arguments(g);
-    if (size_t const flags = Kernel::flag_bytes(args)) {
-      cudaError_t const err = cudaMemsetAsync(g.workspace, 0, flags, stream);
-      if (err != cudaSuccess) return err;
-    }
+    auto args = make_arguments(g);
+    if (Kernel::flag_bytes(args)) args.split_nonce = next_split_nonce();
     return launch_sm90_persistent<Kernel>(args, stream);
   }
 };

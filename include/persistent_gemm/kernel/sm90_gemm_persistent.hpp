@@ -159,7 +159,7 @@ class Sm90GemmPersistent {
     int sm_count = 0;  // multiprocessors of the device; sizes the persistent grid
     // Split-K only: workspace_bytes(args) bytes, its first flag_bytes(args) zeroed before launch.
     void* workspace = nullptr;
-    int32_t k_rotate = 0;  // EXPERIMENT
+    uint64_t split_nonce = 0;  // one per launch (next_split_nonce()); a graph replays its capture's
   };
 
   struct Params {
@@ -167,9 +167,9 @@ class Sm90GemmPersistent {
     typename CollectiveMainloop::Params mainloop{};
     typename CollectiveEpilogue::Params epilogue{};
     typename Scheduler::Params scheduler{};
-    int32_t* split_flags = nullptr;  // one per output tile: partial units done
-    float* split_partials = nullptr;  // [tile][split < S'-1][fragment element][MMA thread]
-    int32_t k_rotate = 0;             // EXPERIMENT: see the producer
+    uint64_t* split_flags = nullptr;  // [tile][split < S'-1]: the launch's nonce once the slot is written
+    float* split_partials = nullptr;   // [tile][split < S'-1][fragment element][MMA thread]
+    uint64_t split_nonce = 0;          // never 0, never a value a flag holds between launches
   };
 
   // ---- split-K workspace ---------------------------------------------------------------------
@@ -182,14 +182,16 @@ class Sm90GemmPersistent {
     sched.k_tiles = (cute::get<2>(args.problem) + kTileK - 1) / kTileK;
     return Scheduler::to_underlying_arguments(sched, args.sm_count > 0 ? args.sm_count : 1);
   }
-  // Flags first (zeroed by the launcher), 256 B aligned partials after; nothing when unsplit.
+  // Flags first (one 8-byte flag per partial slot), 256 B aligned partials after; nothing when
+  // unsplit. Nobody zeroes the workspace: see split_fixup for why no memset is needed.
   static size_t flag_bytes(Arguments const& args) {
     if constexpr (kSplitK == 1) {
       return 0;
     } else {
       auto const p = scheduler_params(args);
       if (p.splits == 1) return 0;
-      return size_t((int64_t(p.tiles_m) * p.tiles_n * cute::get<3>(args.problem) * 4 + 255) / 256 * 256);
+      int64_t const tiles = int64_t(p.tiles_m) * p.tiles_n * cute::get<3>(args.problem);
+      return size_t((tiles * (p.splits - 1) * 8 + 255) / 256 * 256);
     }
   }
   static size_t workspace_bytes(Arguments const& args) {
@@ -219,9 +221,9 @@ class Sm90GemmPersistent {
              CollectiveMainloop::to_underlying_arguments(args.problem, args.mainloop, nullptr),
              CollectiveEpilogue::to_underlying_arguments(args.problem, args.epilogue, nullptr),
              scheduler_params(args)};
-    p.k_rotate = args.k_rotate;
+    p.split_nonce = args.split_nonce;
     if (size_t const flags = flag_bytes(args)) {
-      p.split_flags = static_cast<int32_t*>(args.workspace);
+      p.split_flags = static_cast<uint64_t*>(args.workspace);
       p.split_partials = reinterpret_cast<float*>(static_cast<char*>(args.workspace) + flags);
     }
     return p;
@@ -244,8 +246,16 @@ class Sm90GemmPersistent {
 
   // Split-K fixup, called by every thread that owns the tile (kMmaThreads of them) after its
   // mainloop. Returns true when this unit runs the epilogue: the unsplit case and the reducer.
-  // A partial unit stores its fragment to its slot and raises the flag; the reducer waits for
-  // S'-1 raises, then adds the slots in index order (fixed order: bitwise reproducible).
+  // A partial unit stores its fragment to its slot, then writes the launch's nonce to the slot's
+  // flag (release); the reducer waits until every flag of its tile holds the nonce (acquire),
+  // clears them to 0, and adds the slots in index order (fixed order: bitwise reproducible).
+  //
+  // Why the workspace needs no memset (a second graph node, ~2-3 us at decode): after a launch
+  // every flag it set is 0 again (each slot has exactly one reducer in the same launch), and a
+  // flag can only read as this launch's nonce once this launch wrote it -- nonces are 64-bit,
+  // distinct per eager launch and seeded randomly per process, so stale or uninitialised memory
+  // does not hold one. A CUDA graph replays its capture's nonce on its own private workspace,
+  // which the previous replay left cleared.
   template <class Accumulators>
   CUTLASS_DEVICE static bool split_fixup(Params const& params, scheduler::WorkTileInfo const& work,
                                          Accumulators& acc, int mma_thread_idx, uint32_t barrier_id) {
@@ -260,7 +270,8 @@ class Sm90GemmPersistent {
       static_assert(kFrag * int(kMmaThreads) == kTileM * kTileN, "accumulator fragments must tile the output tile");
       int64_t const tile = (int64_t(work.l_idx) * params.scheduler.tiles_m + work.m_idx) * params.scheduler.tiles_n +
                            work.n_idx;
-      int32_t* const flag = params.split_flags + tile;
+      uint64_t* const flags = params.split_flags + tile * (splits - 1);
+      uint64_t const nonce = params.split_nonce;
       float* const slots = params.split_partials + tile * (splits - 1) * int64_t(kTileM * kTileN) + mma_thread_idx;
       if (!reducer) {
         float* const slot = slots + int64_t(work.split_idx) * (kTileM * kTileN);
@@ -269,16 +280,18 @@ class Sm90GemmPersistent {
         cutlass::arch::NamedBarrier::arrive_and_wait(kMmaThreads, barrier_id);
         if (mma_thread_idx == 0) {
           // Cumulative release: every thread's stores (ordered before us by the barrier) first.
-          asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(flag) : "memory");
+          asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(flags + work.split_idx), "l"(nonce) : "memory");
         }
         return false;
       }
       if (mma_thread_idx == 0) {
-        int32_t done = 0;
-        do {
-          asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(done) : "l"(flag) : "memory");
-        } while (done < splits - 1);
-        *flag = 0;  // nobody touches it again in this launch
+        for (int s = 0; s < splits - 1; ++s) {
+          uint64_t seen = 0;
+          do {
+            asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(flags + s) : "memory");
+          } while (seen != nonce);
+          flags[s] = 0;  // the slot's only reader: cleared for the next launch on this memory
+        }
       }
       cutlass::arch::NamedBarrier::arrive_and_wait(kMmaThreads, barrier_id);
       for (int s = 0; s < splits - 1; ++s) {
@@ -381,20 +394,10 @@ class Sm90GemmPersistent {
         for (auto work = scheduler.initial_work(); work.is_valid(); work = scheduler.next_work(work)) {
           auto blk_coord = make_coord(work.m_idx, work.n_idx, _, work.l_idx);
           int const k_n = k_count(work, k_tiles);
-          // EXPERIMENT (k_rotate): start each tile's K loop at a tile-dependent K-tile and wrap,
-          // so concurrent tiles do not read the same column offsets of the weight together.
-          int const rot = params.k_rotate > 0 && k_n > 1 ? (work.m_idx * params.k_rotate + work.n_idx) % k_n : 0;
-          auto k_tile_iter =
-              cute::make_coord_iterator(idx2crd(k_begin(work) + rot, shape<3>(gA_mkl)), shape<3>(gA_mkl));
+          auto k_tile_iter = cute::make_coord_iterator(idx2crd(k_begin(work), shape<3>(gA_mkl)), shape<3>(gA_mkl));
           collective_mainloop.load(params.mainloop, mainloop_pipeline, write_state, load_inputs, blk_coord,
-                                   k_tile_iter, k_n - rot, lane_idx, block_rank_in_cluster, shared.tensors.mainloop);
-          write_state.advance(k_n - rot);
-          if (rot > 0) {
-            auto wrap_iter = cute::make_coord_iterator(idx2crd(k_begin(work), shape<3>(gA_mkl)), shape<3>(gA_mkl));
-            collective_mainloop.load(params.mainloop, mainloop_pipeline, write_state, load_inputs, blk_coord,
-                                     wrap_iter, rot, lane_idx, block_rank_in_cluster, shared.tensors.mainloop);
-            write_state.advance(rot);
-          }
+                                   k_tile_iter, k_n, lane_idx, block_rank_in_cluster, shared.tensors.mainloop);
+          write_state.advance(k_n);
           if (first_tile) {
             load_order_barrier.arrive();
             first_tile = false;
