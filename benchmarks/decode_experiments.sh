@@ -13,4 +13,4 @@ python3 -m pytest -q -p no:cacheprovider tests/test_gpu_decode.py 2>&1 | tail -3
 $B --out "$OUT/h200_decode" --force "$E128" 2>&1 | grep -v "^op=" | tail -42
 $B --out "$OUT/h200_decode_narrow" --ops mm,fp8_tensor --tokens 1,16 --weights 1024x16384,2048x8192 \
    --force "$S1,$SK4,$E1,$E4" 2>&1 | grep -v "^op=" | tail -14
-for fam in bf16 fp16 e4m3; do bash benchmarks/gpu_session.sh sanitize --family $fam; done
+for fam in bf16_64x16x128_c1x1 fp16_64x16x128_c1x1 e4m3_64x16x256_c1x1; do bash benchmarks/gpu_session.sh sanitize --family $fam; done
