@@ -225,6 +225,14 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
       reject(e.config, "scale mode differs");
       continue;
     }
+    // The 16-bit / e4m3 swap-AB kernels are decode kernels (tokens on a 16-wide N): eligible for
+    // M up to 4 such tiles unless forced. Their predicated stores carry no pass penalty (below),
+    // so on a large unaligned D they would otherwise win on pass count alone.
+    if (!r.config && e.swap_ab && e.scale_mode != ScaleMode::Block32 && r.m > 4 * int64_t(e.geometry.tile_n)) {
+      reject(e.config, "swap-AB decode kernel: M = " + std::to_string(r.m) + " exceeds " +
+                           std::to_string(4 * e.geometry.tile_n) + " tokens");
+      continue;
+    }
     if (e.fast_accum && !r.fast_accum) {
       reject(e.config, "accumulates fast (reduced precision); use_fast_accum=False asks for promoted fp32 sums");
       continue;

@@ -80,7 +80,7 @@ def test_lowering_names_the_accumulation_tag():
             tu = codegen.kernel_tu(c, v)
             tag = "AccumFast" if c.accum == "fast" else "AccumPromoted"
             assert f"using Accumulation = persistent_gemm::kernel::{tag};" in tu, c.name
-            assert "using ElementA = " in tu and "ScheduleTag, KernelStyle, kStages, kScale, kTmaStore, Accumulation>" in tu
+            assert "using ElementA = " in tu and "ScheduleTag, KernelStyle, kStages, kScale, kTmaStore, Accumulation, kSwapAB>" in tu
 
 
 def test_kernel_table_marks_fast_entries(tmp_path):

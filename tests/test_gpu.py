@@ -77,10 +77,15 @@ def test_mm_large_and_unaligned(mnk):
 def test_mm_decode_shapes_and_padded_m(m):
     # Where the dispatcher pads the partial M-tile (explain(...).pad_m), the rows past M in the
     # copy are uninitialised and must never reach the output.
+    # M = 1 on a 64-row tile forced (the dispatcher itself takes a swap-AB kernel there).
     n, k = 4096, 8192
-    if m == 1:
-        assert pg.explain(m, n, k).pad_m
-    out = run_mm(randn(m, k, seed=30 + m, device=CUDA), operand(k, n, torch.bfloat16, False, seed=31, device=CUDA))
+    padded = "sm90a_bf16_64x64x64_c1x2_sw8_row_pp"
+    config = padded if m == 1 else None
+    if config:
+        requires_config(config)
+        assert pg.explain(m, n, k, config=config).pad_m
+    out = run_mm(randn(m, k, seed=30 + m, device=CUDA), operand(k, n, torch.bfloat16, False, seed=31, device=CUDA),
+                 config=config)
     assert out.is_contiguous()
 
 

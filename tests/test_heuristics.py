@@ -34,12 +34,30 @@ def cfg(name):
 
 @pytest.mark.parametrize("dtype,scale", [("bf16", "none"), ("e4m3", "tensor")])
 def test_decode_puts_every_sm_on_the_weight_stream(dtype, scale):
-    # M <= 128 against an 8192-wide weight: 128-column tiles would leave 64 of 132 SMs idle, and a
-    # 2x1 cluster of 128-row tiles would make every other CTA a tail CTA.
-    for m in (1, 16, 64, 128):
+    # 64 < M <= 128 against an 8192-wide weight: 128-column tiles would leave 64 of 132 SMs idle,
+    # and a 2x1 cluster of 128-row tiles would make every other CTA a tail CTA.
+    for m in (65, 128):
         c = cfg(pg.explain(m, 8192, 8192, dtype=dtype, scale=scale).config)
-        assert c.kernel == "pingpong" and c.schedule.cluster_m == 1, (m, c.name)
+        assert c.kernel == "pingpong" and c.schedule.cluster_m == 1 and not c.swap_ab, (m, c.name)
         assert c.cta_tile[1] == 64 and c.cta_tile[0] <= max(64, m), (m, c.name)
+
+
+@pytest.mark.parametrize("dtype,scale", [("bf16", "none"), ("e4m3", "tensor"), ("e4m3", "row")])
+def test_decode_is_swap_ab_and_narrow_weights_split_k(dtype, scale):
+    # M <= 16: the weight on the 64-row wgmma side, the tokens a 16-wide N (128 weight tiles for
+    # N = 8192, one per SM); a narrow weight (N = 1024: 16 tiles) is split along K to fill the GPU.
+    for m in (1, 8, 16):
+        d = pg.explain(m, 8192, 8192, dtype=dtype, scale=scale)
+        c = cfg(d.config)
+        assert c.swap_ab and d.swap_ab and c.tile[:2] == (64, 16) and c.schedule.split_k == 1, (m, c.name)
+        assert "swap-AB" in d.log[0] and not d.pad_m
+        d = pg.explain(m, 1024, 16384, dtype=dtype, scale=scale)
+        assert cfg(d.config).swap_ab and cfg(d.config).schedule.split_k > 1, (m, d.config)
+        assert "split-K" in d.log[0] and "fixed-order" in d.log[0]
+    big = pg.explain(4095, 8191, 4096, dtype=dtype, scale=scale)  # not decode: no swap-AB kernel
+    assert not cfg(big.config).swap_ab
+    assert any(line.startswith("rejected ") and "swap-AB decode kernel" in line
+               for line in pg.explain(512, 8192, 8192, dtype=dtype, scale=scale).log)
 
 
 def test_estimates_follow_the_work():
@@ -87,12 +105,13 @@ def test_bad_arguments():
 
 
 def test_partial_m_tile_is_padded_when_zero_fill_costs_more():
-    # Decode: 1 row of a 64-row tile; TMA would zero-fill 63 rows of every A box.
-    d = pg.explain(1, 8192, 8192)
+    # 1 row of a 64-row tile (decode without swap-AB); TMA would zero-fill 63 rows of every A box.
+    d = pg.explain(1, 8192, 8192, config="sm90a_bf16_64x64x64_c1x2_sw8_row_pp")
     assert d.pad_m and "pads M to 64" in d.log[0]
     assert not pg.explain(8192, 8192, 8192).pad_m            # whole tiles: nothing to pad
     assert not pg.explain(8191, 8192, 8192).pad_m            # one missing row: the copy costs more
     # Rowwise scale_a has exactly M entries, which a padded run would read past.
-    assert not pg.explain(1, 8192, 8192, dtype="e4m3", scale="row").pad_m
+    assert not pg.explain(1, 8192, 8192, dtype="e4m3", scale="row",
+                          config="sm90a_e4m3_64x64x128_c1x2_sw8_row_pp").pad_m
     # A column-major A has no K-major variant to pad into on the narrow tiles.
     assert not pg.explain(1, 8192, 8192, layout="cc").pad_m
