@@ -116,3 +116,30 @@ def test_split_k_workspace_is_per_call_and_streams_do_not_share_it():
     torch.cuda.synchronize()
     for got, want in zip(outs, expect):
         assert torch.equal(got, want)
+
+
+#: In no catalogue: split-K schedules a user writes, JIT-compiled -- a cooperative tile with a 2x1
+#: cluster (tail CTAs at the M edge) and a column-raster ping-pong one; both non-swap.
+USER_SPLITS = [
+    pg.KernelConfig(tile=(128, 128, 64), schedule=pg.TileSchedule(swizzle=8, cluster=(2, 1), split_k=3),
+                    kernel="cooperative"),
+    pg.KernelConfig(tile=(128, 64, 64), schedule=pg.TileSchedule(swizzle=3, cluster=(1, 2), raster="column",
+                                                                 split_k=2), kernel="pingpong"),
+]
+
+
+@pytest.mark.sm90
+@pytest.mark.parametrize("spec", USER_SPLITS, ids=lambda c: c.name)
+def test_user_split_k_schedules_run_and_reproduce(spec):
+    from persistent_gemm import jit
+
+    name = jit.ensure(spec)
+    for m, n, k in [(257, 300, 1000), (1, 4096, 8192), (1000, 64, 64 * 7 + 8), (130, 129, 64)]:
+        a = operand(m, k, torch.bfloat16, True, seed=m, device=CUDA)
+        b = operand(k, n, torch.bfloat16, False, seed=n, device=CUDA)
+        out = poisoned(lambda: pg.mm(a, b, config=spec), m, n, torch.bfloat16)
+        check_mm(out, a, b, torch.bfloat16)
+        assert torch.equal(out, poisoned(lambda: pg.mm(a, b, config=name), m, n, torch.bfloat16))
+    kt = 1000 // spec.tile[2] + 1
+    got = pg._C.device_schedule(name, 1000, 300, l=1, workers=17, k_tiles=kt).cpu()
+    torch.testing.assert_close(got, expected_device_walk(spec, 1000, 300, 1, 17, got, k_tiles=kt), rtol=0, atol=0)
