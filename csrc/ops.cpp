@@ -152,6 +152,48 @@ at::Tensor mm_autograd(at::Tensor const& a, at::Tensor const& b, std::optional<a
   return MmFunction::apply(a, b, out_dtype, config);
 }
 
+// -- scaled_mm and the MX ops: not differentiable, said so ------------------------------------
+// Their operands are quantized (FP8 / e2m1 codes and scales derived from the data), so there is
+// no gradient to hand back through them. Without an Autograd kernel torch would run them and
+// warn that the backward is "silently incorrect"; instead an input that requires grad (in grad
+// mode) is refused, naming the op and the argument. Inference calls pay one flag test, in C++.
+void refuse_grad(char const* op, std::initializer_list<std::pair<char const*, at::Tensor const*>> inputs) {
+  if (!at::GradMode::is_enabled()) return;
+  for (auto const& [name, t] : inputs)
+    TORCH_CHECK(!t->requires_grad(), op, " is not differentiable: its operands are quantized, so no gradient ",
+                "flows through them, and '", name, "' requires grad. Train through persistent_gemm.mm (bf16/fp16) ",
+                "and quantize for inference, or call it under torch.no_grad() / torch.inference_mode().");
+}
+
+at::Tensor scaled_mm_autograd(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                              at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
+                              std::optional<c10::string_view> config) {
+  refuse_grad("persistent_gemm.scaled_mm", {{"a", &a}, {"b", &b}, {"scale_a", &scale_a}, {"scale_b", &scale_b}});
+  at::AutoDispatchBelowADInplaceOrView below;
+  using Sig = at::Tensor(at::Tensor const&, at::Tensor const&, at::Tensor const&, at::Tensor const&,
+                         std::optional<at::ScalarType>, bool, std::optional<c10::string_view>);
+  static auto const op = c10::Dispatcher::singleton().findSchemaOrThrow("persistent_gemm::scaled_mm", "").typed<Sig>();
+  return op.call(a, b, scale_a, scale_b, out_dtype, use_fast_accum, config);
+}
+
+using MxSig = at::Tensor(at::Tensor const&, at::Tensor const&, at::Tensor const&, at::Tensor const&,
+                         std::optional<at::ScalarType>, c10::string_view, std::optional<c10::string_view>,
+                         std::optional<c10::string_view>);
+
+template <char const* Name, char const* Schema>
+at::Tensor mx_autograd(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b, at::Tensor const& b_scale,
+                       std::optional<at::ScalarType> out_dtype, c10::string_view scale_layout,
+                       std::optional<c10::string_view> config, std::optional<c10::string_view> b_scale_layout) {
+  refuse_grad(Name, {{"a", &a}, {"a_scale", &a_scale}, {"b", &b}, {"b_scale", &b_scale}});
+  at::AutoDispatchBelowADInplaceOrView below;
+  static auto const op = c10::Dispatcher::singleton().findSchemaOrThrow(Schema, "").typed<MxSig>();  // per op
+  return op.call(a, a_scale, b, b_scale, out_dtype, scale_layout, config, b_scale_layout);
+}
+constexpr char kMxfp8Name[] = "persistent_gemm.mxfp8_mm";
+constexpr char kMxfp8Schema[] = "persistent_gemm::mxfp8_mm";
+constexpr char kFp8Fp4Name[] = "persistent_gemm.fp8_fp4_mm";
+constexpr char kFp8Fp4Schema[] = "persistent_gemm::fp8_fp4_mm";
+
 }  // namespace
 
 TORCH_LIBRARY(persistent_gemm, m) {
@@ -187,6 +229,11 @@ TORCH_LIBRARY_IMPL(persistent_gemm, CUDA, m) {
   m.impl("fp8_fp4_mm", &fp8_fp4_mm_cuda);
 }
 
-TORCH_LIBRARY_IMPL(persistent_gemm, Autograd, m) { m.impl("mm", &mm_autograd); }
+TORCH_LIBRARY_IMPL(persistent_gemm, Autograd, m) {
+  m.impl("mm", &mm_autograd);
+  m.impl("scaled_mm", &scaled_mm_autograd);
+  m.impl("mxfp8_mm", &mx_autograd<kMxfp8Name, kMxfp8Schema>);
+  m.impl("fp8_fp4_mm", &mx_autograd<kFp8Fp4Name, kFp8Fp4Schema>);
+}
 
 }  // namespace persistent_gemm

@@ -392,7 +392,8 @@ def test_quantizers_reject_bad_arguments(fn):
     _raises(TypeError, [r"\bx\b", "float4_e2m1fn_x2"], fn, torch.zeros(2, 32, dtype=torch.uint8).view(torch.float4_e2m1fn_x2))
     _raises(ValueError, [r"\bx\b", r"\(128,\)"], fn, torch.randn(128))
     _raises(ValueError, [r"\bx\b", r"\(2, 2, 32\)"], fn, torch.randn(2, 2, 32))
-    _raises(ValueError, [r"\bx\b", "finite"], fn, torch.tensor([[float("nan"), 1.0]]))
+    _raises(ValueError, ["block", "16"], fn, x, block=16)  # no op takes 1x16 blocks
+    _raises(ValueError, ["rule", "'up'"], fn, x, rule="up")
 
 
 def test_dequantizers_reject_bad_arguments():

@@ -7,16 +7,27 @@ The rule (OCP MX v1.0, section 6.3), per block of ``block`` (32) consecutive ele
 the last dim K of a ``(rows, K)`` tensor; the last block may be partial:
 
 * ``amax = max |x|`` over the block.
-* Shared exponent ``E = floor(log2(amax)) - emax_elem`` with ``emax_elem = 8`` for e4m3
-  (largest normal 448 = 1.75 * 2^8) and ``2`` for e2m1 (6 = 1.5 * 2^2), clamped to the e8m0
-  range ``[-127, 127]``. ``floor(log2)`` is read exactly from :func:`torch.frexp`.
+* Shared exponent, by ``rule``:
+
+  - ``"floor"`` (OCP, the default): ``E = floor(log2(amax)) - emax_elem`` with
+    ``emax_elem = 8`` for e4m3 (largest normal 448 = 1.75 * 2^8) and ``2`` for e2m1
+    (6 = 1.5 * 2^2). ``floor(log2)`` is read exactly from :func:`torch.frexp`. The largest
+    elements of a block may saturate.
+  - ``"rceil"`` (torchao's default, NVIDIA's ``cvt.rp`` to e8m0): ``E = ceil(log2(amax /
+    max_elem))``, the float32 quotient rounded up to a power of two, so nothing saturates.
+
+  Either is clamped to the e8m0 range ``[-127, 127]``.
 * The scale is ``2^E``, stored as the e8m0 code ``E + 127``; code 255 is NaN.
 * Each element is ``x / 2^E`` rounded to nearest, ties to even, in the element format and
   saturated to its largest normal (448 or 6). The scaled block amax lies in
   ``[2^emax, 2^(emax+1))``, so only values above the largest normal saturate.
 * A block with ``amax == 0`` gets code 0 (2^-127) and zero elements.
-* Inputs are computed in float32; NaN or +-inf anywhere in ``x`` (after that conversion)
-  raises :class:`ValueError` instead of encoding NaN scales.
+* Inputs are computed in float32. A block holding NaN or +-inf gets the NaN scale (code 255),
+  so it dequantizes to NaN and poisons its GEMM row or column: visible, never a wrong finite
+  number. There is no check with a host synchronisation, so the quantizers trace under
+  ``torch.compile(fullgraph=True)`` and run as fused GPU kernels there.
+* ``block`` must be 32: every MX op of this package (and MX v1.0) uses 1x32 blocks, so a
+  quantizer never produces scales no op accepts.
 
 Dequantization is ``element * 2^(code - 127)`` in float32, exact wherever the product is
 representable (every element times every code >= 0 is, down to 2^-136; only huge codes
@@ -39,6 +50,7 @@ __all__ = [
     "E2M1_EMAX",
     "E8M0_BIAS",
     "E2M1_VALUES",
+    "RULES",
     "quantize_mxfp8",
     "quantize_mxfp4",
     "dequantize_mxfp8",
@@ -77,6 +89,22 @@ def _check_block(block) -> None:
         raise TypeError(f"block must be an int, got {block!r} ({type(block).__name__})")
     if block < 1:
         raise ValueError(f"block must be a positive int, got {block!r}")
+
+
+def _check_quant_block(block) -> None:
+    _check_block(block)
+    if block != MX_BLOCK:
+        raise ValueError(f"block must be {MX_BLOCK}: the MX ops (mxfp8_mm, fp8_fp4_mm) read 1x{MX_BLOCK} "
+                         f"e8m0 blocks (MX v1.0), got block={block!r}")
+
+
+#: Shared-exponent rules of the quantizers (see the module docstring).
+RULES = ("floor", "rceil")
+
+
+def _check_rule(rule) -> None:
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
 
 
 def _check_2d(t, name: str, dtype: torch.dtype | None = None) -> None:
@@ -149,10 +177,12 @@ def e2m1_to_float(codes: torch.Tensor) -> torch.Tensor:
     return lut[codes.long()]
 
 
-def _scaled_blocks(x, block: int, emax_elem: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _scaled_blocks(x, block: int, emax_elem: int, rule: str = "floor",
+                   max_elem: float = E4M3_MAX) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate ``x``, apply the shared-exponent rule and return ``(x / 2^E, codes)``:
     the scaled elements as float32 ``(rows, K)`` and the e8m0 codes ``(rows, nblocks)`` uint8."""
-    _check_block(block)
+    _check_quant_block(block)
+    _check_rule(rule)
     _check_2d(x, "x")
     if not x.is_floating_point():
         raise TypeError(f"x must have a floating-point dtype, got {x.dtype}")
@@ -160,23 +190,28 @@ def _scaled_blocks(x, block: int, emax_elem: int) -> tuple[torch.Tensor, torch.T
         raise TypeError("x must hold one element per entry, got packed torch.float4_e2m1fn_x2 "
                         "(dequantize_mxfp4 it first)")
     x32 = x.to(torch.float32)
-    if not bool(torch.isfinite(x32).all()):
-        raise ValueError("x must be finite: found NaN or +-inf (after conversion to float32)")
     rows, k = x32.shape
     nb = _ceil_div(k, block)
     # Zero padding never changes a block's amax; it only makes the tail block full-size.
     xb = F.pad(x32, (0, nb * block - k)).view(rows, nb, block)
-    amax = xb.abs().amax(dim=-1)
-    _, e = torch.frexp(amax)  # amax = m * 2^e with m in [0.5, 1): floor(log2 amax) = e - 1
-    exp = (e - 1 - emax_elem).clamp(-E8M0_BIAS, E8M0_BIAS)
+    finite = torch.isfinite(xb).all(dim=-1)
+    amax = torch.where(finite, xb.abs().amax(dim=-1), torch.zeros((), device=xb.device))
+    if rule == "floor":
+        _, e = torch.frexp(amax)  # amax = m * 2^e with m in [0.5, 1): floor(log2 amax) = e - 1
+        exp = e - 1 - emax_elem
+    else:  # rceil: the smallest 2^E with amax / 2^E <= max_elem, from the float32 quotient
+        m, e = torch.frexp(amax / max_elem)
+        exp = torch.where(m == 0.5, e - 1, e)  # an exact power of two is its own ceiling
+    exp = exp.clamp(-E8M0_BIAS, E8M0_BIAS)
     code = torch.where(amax == 0, torch.zeros_like(exp), exp + E8M0_BIAS)
+    code = torch.where(finite, code, torch.full_like(code, E8M0_NAN))
     # Multiply by the exact power of two 2^-E: the scaling itself never rounds for
     # normal results, so the only rounding is the one to the element format.
     scaled = xb * _exp2_int(E8M0_BIAS - code).unsqueeze(-1)
     return scaled.reshape(rows, nb * block)[:, :k], code.to(torch.uint8)
 
 
-def quantize_mxfp8(x: torch.Tensor, block: int = MX_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_mxfp8(x: torch.Tensor, block: int = MX_BLOCK, *, rule: str = "floor") -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize to MXFP8: e4m3 elements with one e8m0 scale per ``block`` elements along K.
 
     Parameters
@@ -185,7 +220,10 @@ def quantize_mxfp8(x: torch.Tensor, block: int = MX_BLOCK) -> tuple[torch.Tensor
         ``(rows, K)``, any floating dtype (computed in float32), finite. K need not be a
         multiple of ``block``; the last block is then partial.
     block : int
-        Elements per scale (32 in MX v1.0).
+        Elements per scale: 32 (MX v1.0; the only size the MX ops take).
+    rule : {"floor", "rceil"}
+        The shared-exponent rule (module docstring): OCP's floor, or round-up (torchao's
+        default), which never saturates.
 
     Returns
     -------
@@ -200,7 +238,7 @@ def quantize_mxfp8(x: torch.Tensor, block: int = MX_BLOCK) -> tuple[torch.Tensor
     TypeError
         ``x`` is not a floating tensor; ``block`` is not an int.
     ValueError
-        ``x`` is not 2-D or holds NaN/inf; ``block`` is below 1.
+        ``x`` is not 2-D; ``block`` is not 32; ``rule`` is unknown. (NaN/inf become NaN scales.)
 
     Examples
     --------
@@ -210,14 +248,14 @@ def quantize_mxfp8(x: torch.Tensor, block: int = MX_BLOCK) -> tuple[torch.Tensor
     >>> scale.view(torch.uint8).tolist(), data.float().tolist()
     ([[132]], [[448.0, 0.03125]])
     """
-    scaled, code = _scaled_blocks(x, block, E4M3_EMAX)
+    scaled, code = _scaled_blocks(x, block, E4M3_EMAX, rule, E4M3_MAX)
     # MX saturates; clamp rather than rely on the cast's out-of-range behaviour, which
     # has differed across torch releases and backends (NaN instead of 448).
     data = scaled.clamp(-E4M3_MAX, E4M3_MAX).contiguous().to(torch.float8_e4m3fn)
     return data, code.view(torch.float8_e8m0fnu)
 
 
-def quantize_mxfp4(x: torch.Tensor, block: int = MX_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_mxfp4(x: torch.Tensor, block: int = MX_BLOCK, *, rule: str = "floor") -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize to MXFP4: e2m1 elements packed two per byte, one e8m0 scale per block.
 
     Parameters
@@ -225,7 +263,9 @@ def quantize_mxfp4(x: torch.Tensor, block: int = MX_BLOCK) -> tuple[torch.Tensor
     x : Tensor
         ``(rows, K)``, any floating dtype (computed in float32), finite; K must be even.
     block : int
-        Elements per scale (32 in MX v1.0).
+        Elements per scale: 32 (MX v1.0; the only size the MX ops take).
+    rule : {"floor", "rceil"}
+        The shared-exponent rule (module docstring).
 
     Returns
     -------
@@ -242,7 +282,8 @@ def quantize_mxfp4(x: torch.Tensor, block: int = MX_BLOCK) -> tuple[torch.Tensor
     TypeError
         ``x`` is not a floating tensor; ``block`` is not an int.
     ValueError
-        ``x`` is not 2-D, has odd K or holds NaN/inf; ``block`` is below 1.
+        ``x`` is not 2-D or has odd K; ``block`` is not 32; ``rule`` is unknown. (NaN/inf
+        become NaN scales.)
 
     Examples
     --------
@@ -250,11 +291,11 @@ def quantize_mxfp4(x: torch.Tensor, block: int = MX_BLOCK) -> tuple[torch.Tensor
     >>> hex(packed.view(torch.uint8).item()), scale.view(torch.uint8).item()
     ('0xf1', 127)
     """
-    _check_block(block)
+    _check_quant_block(block)
     if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[1] % 2:
         raise ValueError(f"x must have an even number of columns K for e2m1 packing, "
                          f"got shape {tuple(x.shape)}")
-    scaled, code = _scaled_blocks(x, block, E2M1_EMAX)
+    scaled, code = _scaled_blocks(x, block, E2M1_EMAX, rule, E2M1_MAX)
     a = scaled.abs().clamp(max=E2M1_MAX).unsqueeze(-1)
     # Magnitude code = how many midpoints lie below |v|, counting a tie only where
     # rounding up lands on the even code.
