@@ -139,3 +139,33 @@ def test_cli_precompile_and_tune_errors(capsys):
     assert rc == 2 and "dtype must be bf16 or fp16" in err
     rc, _, err = _main(capsys, "tune", "--m", "64", "--n", "64", "--k", "64", "--reps", "0")
     assert rc == 2 and "--reps must be >= 1" in err
+
+
+def test_version_list_and_explain():
+    import persistent_gemm as pg
+
+    p = _cli("--version")
+    assert p.returncode == 0 and p.stdout.strip() == f"persistent_gemm {pg.__version__}"
+    p = _cli("list", "--arch", "sm90a")
+    assert p.returncode == 0, p.stderr
+    lines = [l for l in p.stdout.splitlines() if l.startswith(("built", "not built"))]
+    assert len(lines) == sum(c.arch == "sm90a" for c in pg.CATALOGUE)
+    for c in pg.built_configs("sm90a"):
+        if c in {x.name for x in pg.CATALOGUE}:
+            assert f"built      {c}" in p.stdout
+    if pg.extension_available() and pg.built_configs("sm90a"):
+        p = _cli("explain", "--m", "1", "--n", "8192", "--k", "8192")
+        assert p.returncode == 0 and p.stdout.startswith("chosen: sm90a_bf16_"), p.stderr
+        p = _cli("explain", "--m", "1", "--n", "8192", "--k", "8192", "--dtype", "e4m3")
+        assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.startswith("error:")
+
+
+def test_build_info_and_built_configs():
+    import persistent_gemm as pg
+
+    info = pg.build_info()
+    assert info["version"] == pg.__version__ and info["extension"] == pg.extension_available()
+    if pg.extension_available():
+        assert info["registry_abi"] == pg._C.REGISTRY_ABI
+        assert sum(info["archs"].values()) == len(pg.built_configs())
+        assert pg.built_configs() == sorted(pg.built_configs())

@@ -7,6 +7,8 @@ Ops (``torch.ops.persistent_gemm.*``, typed wrappers here): :func:`mm`, :func:`s
 :func:`precompile`), :func:`tune` times candidates and keeps the fastest, :func:`explain` says
 what runs and why (and draws it). MX helpers: :func:`quantize_mxfp8`, :func:`quantize_mxfp4` and their
 ``dequantize_*`` inverses, :func:`prepare_weight` (a weight relaid out once for the kernels).
+Models: :mod:`persistent_gemm.nn` (``Linear`` layers in bf16, FP8 rowwise, MXFP8 or FP8xFP4, and
+``quantize_(model, format)`` to swap them in).
 
 The scheduler, catalogue and quantization modules are pure Python and import without the
 compiled extension; the ops need it (``scripts/setup_and_demo.sh`` builds it).
@@ -45,6 +47,7 @@ else:
         _C.register_arch(_mod.arch_export())
     from . import _ops  # noqa: E402  fake kernels + autograd (needs the schemas)
     from ._ops import fp8_fp4_mm, mm, mxfp8_mm, scaled_mm  # noqa: E402,F401
+    from . import nn  # noqa: E402,F401  Linear layers and quantize_ (need the ops)
 
 
 def extension_available() -> bool:
@@ -68,6 +71,45 @@ def built_archs() -> list[str]:
     return list(require_extension().registered_arches())
 
 
+def built_configs(arch: str | None = None) -> list[str]:
+    """Sorted names of the configs this process can run without compiling: the built ones and
+    any JIT-compiled ones loaded so far; ``arch`` (e.g. ``"sm90a"``) narrows to one arch.
+    Empty when the extension is not built."""
+    if _C is None:
+        return []
+    return sorted({e["config"] for e in _C.built_kernels() if arch is None or e["arch"] == arch})
+
+
+def build_info() -> dict:
+    """What this installation is: package, torch and CUDA versions, the CUTLASS wheel, the
+    registered arch modules with their kernel counts, the kernel-table ABI, and whether the
+    extension loaded (with the import error when it did not)."""
+    import torch
+
+    try:
+        from importlib.metadata import version
+
+        cutlass = version("nvidia-cutlass")
+    except Exception:  # a CUTLASS checkout, or none (the pure-Python tools)
+        cutlass = None
+    info = {
+        "version": __version__,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cutlass": cutlass,
+        "extension": _C is not None,
+        "archs": {},
+        "registry_abi": None,
+        "import_error": None if _IMPORT_ERROR is None else str(_IMPORT_ERROR),
+    }
+    if _C is not None:
+        info["registry_abi"] = int(_C.REGISTRY_ABI)
+        for e in _C.built_kernels():
+            info["archs"].setdefault(e["arch"], set()).add(e["config"])
+        info["archs"] = {a: len(c) for a, c in sorted(info["archs"].items())}
+    return info
+
+
 def _load_tuning_cache() -> None:
     """Winners of earlier tune() runs (the tuning cache) go to the dispatcher at import; nothing
     is compiled here. PGEMM_TUNING=0 skips it."""
@@ -86,7 +128,7 @@ _load_tuning_cache()
 
 
 def __getattr__(name: str):
-    if name in ("mm", "scaled_mm", "mxfp8_mm", "fp8_fp4_mm"):
+    if name in ("mm", "scaled_mm", "mxfp8_mm", "fp8_fp4_mm", "nn"):
         require_extension()
     raise AttributeError(f"module 'persistent_gemm' has no attribute {name!r}")
 
@@ -118,6 +160,8 @@ __all__ = [
     "JitCompileError",
     "tune",
     "TuneResult",
+    "built_configs",
+    "build_info",
     "load_tuning",
     "clear_tuning",
     "extension_available",

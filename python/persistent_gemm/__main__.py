@@ -216,9 +216,64 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return rc if isinstance(rc, int) else 0
 
 
+def _cmd_list(args: argparse.Namespace) -> int:
+    import persistent_gemm as pg
+
+    built = set(pg.built_configs())
+    rows = [c for c in pg.CATALOGUE if args.arch is None or c.arch == args.arch]
+    if not pg.extension_available():
+        print("(the compiled extension is not built here: nothing runs; the catalogue follows)")
+    for c in rows:
+        print(f"{'built    ' if c.name in built else 'not built'}  {c.name}")
+    for name in sorted(built - {c.name for c in pg.CATALOGUE}):
+        if args.arch is None or name.startswith(args.arch + "_"):
+            print(f"jit      {name}")
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    import persistent_gemm as pg
+
+    if not pg.extension_available():
+        print("error: explain consults the built kernel tables; the compiled extension is not built here",
+              file=sys.stderr)
+        return 1
+    try:
+        d = pg.explain(args.m, args.n, args.k, dtype=args.dtype, out_dtype=args.out_dtype, layout=args.layout,
+                       scale=args.scale, arch=args.arch, sm_count=args.sms, config=args.config,
+                       use_fast_accum=args.fast_accum)
+    except (ValueError, TypeError, RuntimeError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(d)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     p = _Parser(prog="python -m persistent_gemm", description="persistent_gemm tools")
+    p.add_argument("--version", action="version", version=f"persistent_gemm {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    ls = sub.add_parser("list", help="the catalogue, each config marked built or not, and loaded JIT configs")
+    ls.add_argument("--arch", choices=ARCH_NAMES, help="only this arch")
+    ls.set_defaults(func=_cmd_list)
+
+    ex = sub.add_parser("explain", help="the kernel mm/scaled_mm/the MX ops would run for a problem, and why")
+    ex.add_argument("--m", type=int, required=True)
+    ex.add_argument("--n", type=int, required=True)
+    ex.add_argument("--k", type=int, required=True)
+    ex.add_argument("--dtype", choices=DTYPES, default="bf16")
+    ex.add_argument("--out-dtype", choices=("bf16", "fp16", "fp32"))
+    ex.add_argument("--layout", default="rc", help="a then b: r row-major, c column-major (default rc)")
+    ex.add_argument("--scale", choices=("none", "tensor", "row"), default="none",
+                    help="scaled_mm scales (e4m3 needs tensor or row)")
+    ex.add_argument("--arch", choices=ARCH_NAMES, default="sm90a")
+    ex.add_argument("--sms", type=int, help="SM count (default: the arch's reference part)")
+    ex.add_argument("--config", help="force a config by name")
+    ex.add_argument("--fast-accum", action="store_true", help="e4m3: allow fast-accumulation kernels")
+    ex.set_defaults(func=_cmd_explain)
 
     q = sub.add_parser(
         "schedule",
@@ -242,8 +297,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--dtype", choices=DTYPES, help="default bf16")
     q.add_argument("--arch", choices=ARCH_NAMES, help=f"default {_CONFIG_DEFAULTS['arch']}")
     q.add_argument("--stages", type=int, help="pipeline stages (default: auto)")
-    q.add_argument("--split-k", type=int, help="work units per tile, each a K range (default 1; walked and "
-                   "pictured, no kernel runs it yet)")
+    q.add_argument("--split-k", type=int, help="work units per tile, each a K range, reduced in a fixed order "
+                   "(default 1; the sm90a 16-bit and e4m3 kernels run it)")
     w = q.add_mutually_exclusive_group()
     w.add_argument("--workers", type=int, help="persistent workers (clusters)")
     w.add_argument("--sms", type=int, default=132, help="SM count; workers = sms // cluster size (default 132)")

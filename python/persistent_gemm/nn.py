@@ -1,0 +1,185 @@
+"""Linear layers over the persistent_gemm ops, and :func:`quantize_` to swap them into a model.
+
+    import persistent_gemm as pg
+    pg.nn.quantize_(model, "mxfp8")                     # every nn.Linear, in place
+    pg.nn.quantize_(model, pg.nn.QuantConfig("fp8_fp4", rule="rceil"),
+                    filter_fn=lambda mod, fqn: not fqn.endswith("lm_head"))
+    model = torch.compile(model, fullgraph=True)        # traces: no graph break
+
+Formats (:data:`FORMATS`):
+
+========== ==================================== ============================================
+format     weight, quantized once at swap time  activations, per call
+========== ==================================== ============================================
+bf16       bf16 (fp16 kept), ``mm``             cast to the weight's dtype; trainable
+fp8_rowwise e4m3, one fp32 scale per output row  e4m3, one fp32 scale per token (``scaled_mm``)
+mxfp8      e4m3 + e8m0 per 1x32, blocked scales ``quantize_mxfp8`` (``mxfp8_mm``)
+fp8_fp4    e2m1 + e8m0 per 1x32, blocked scales ``quantize_mxfp8`` (``fp8_fp4_mm``)
+========== ==================================== ============================================
+
+Inputs may have any leading dims (``(..., in_features)``). The output has the input's dtype
+when that is float32, else the compute dtype (bf16). The bias is added after the GEMM, by torch
+(not fused into the epilogue yet). The quantized formats are for inference: an input that
+requires grad is refused by the op with a message saying so. Train with ``"bf16"``, whose
+backward runs through ``mm`` too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Union
+
+import torch
+
+from .quant import MX_BLOCK, RULES, quantize_mxfp4, quantize_mxfp8
+from .scale_layout import to_blocked
+
+__all__ = ["FORMATS", "QuantConfig", "Linear", "quantize_"]
+
+#: The formats a :class:`Linear` computes in.
+FORMATS = ("bf16", "fp8_rowwise", "mxfp8", "fp8_fp4")
+_E4M3_MAX = 448.0
+#: float32 amax floor of the rowwise scales, so an all-zero row gets a finite scale.
+_TINY = 1e-12
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """How :func:`quantize_` converts each Linear.
+
+    ``format``: one of :data:`FORMATS`. ``rule``: the MX shared-exponent rule of weights and
+    activations (``"floor"``, OCP, or ``"rceil"``, torchao's default). ``use_fast_accum``:
+    fp8_rowwise only, ``torch._scaled_mm``'s meaning. ``config``: a kernel config name forced on
+    every call (``None``: the dispatcher chooses per shape)."""
+
+    format: str = "bf16"
+    rule: str = "floor"
+    use_fast_accum: bool = False
+    config: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {self.format!r}")
+        if self.rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
+        if not isinstance(self.use_fast_accum, bool):
+            raise TypeError(f"use_fast_accum must be a bool, got {self.use_fast_accum!r}")
+        if self.use_fast_accum and self.format != "fp8_rowwise":
+            raise ValueError(f"use_fast_accum applies to format='fp8_rowwise' only, not {self.format!r}")
+        if self.config is not None and not isinstance(self.config, str):
+            raise TypeError(f"config must be a config name (str) or None, got {type(self.config).__name__}")
+
+
+def _rowwise_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, K) -> e4m3 data and a (rows, 1) float32 scale: amax per row to 448."""
+    x32 = x.float()
+    scale = x32.abs().amax(dim=-1, keepdim=True).clamp(min=_TINY) / _E4M3_MAX
+    return (x32 / scale).clamp(-_E4M3_MAX, _E4M3_MAX).to(torch.float8_e4m3fn), scale
+
+
+class Linear(torch.nn.Module):
+    """``y = x W^T + b`` through one persistent_gemm op. Build it with :meth:`from_linear` (or
+    :func:`quantize_`); the weight is converted once, there."""
+
+    def __init__(self, in_features: int, out_features: int, qconfig: QuantConfig, bias: bool = True) -> None:
+        super().__init__()
+        if not isinstance(qconfig, QuantConfig):
+            raise TypeError(f"qconfig must be a QuantConfig, got {type(qconfig).__name__}")
+        self.in_features, self.out_features, self.qconfig = int(in_features), int(out_features), qconfig
+        if qconfig.format == "fp8_fp4" and self.in_features % MX_BLOCK:
+            raise ValueError(f"format='fp8_fp4' needs in_features % {MX_BLOCK} == 0 (fp8_fp4_mm's K rule), "
+                             f"got in_features={self.in_features}")
+        self.bias = None
+        if bias:
+            self.bias = torch.nn.Parameter(torch.zeros(out_features, dtype=torch.bfloat16), requires_grad=False)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, qconfig: Union[QuantConfig, str] = "bf16") -> "Linear":
+        """A persistent_gemm Linear computing what ``linear`` computes, in ``qconfig``'s format."""
+        if isinstance(qconfig, str):
+            qconfig = QuantConfig(qconfig)
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError(f"linear must be a torch.nn.Linear, got {type(linear).__name__}")
+        m = cls(linear.in_features, linear.out_features, qconfig, bias=linear.bias is not None)
+        w = linear.weight.detach()
+        fmt = qconfig.format
+        if fmt == "bf16":
+            dtype = w.dtype if w.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+            m.weight = torch.nn.Parameter(w.to(dtype), requires_grad=linear.weight.requires_grad)
+        elif fmt == "fp8_rowwise":
+            wq, ws = _rowwise_e4m3(w)
+            m.register_buffer("weight_q", wq)                   # (N, K) e4m3
+            m.register_buffer("weight_scale", ws.t().contiguous())  # (1, N) float32
+        else:
+            wq, ws = (quantize_mxfp8 if fmt == "mxfp8" else quantize_mxfp4)(w, rule=qconfig.rule)
+            m.register_buffer("weight_q", wq)  # (N, K) e4m3 or (N, K/2) packed e2m1
+            # Blocked once here, so the kernels never relay out the weight's scales per call.
+            m.register_buffer("weight_scale", to_blocked(ws))
+        if linear.bias is not None:
+            b = linear.bias.detach()
+            m.bias = torch.nn.Parameter(b.to(torch.bfloat16 if b.dtype == torch.float32 else b.dtype),
+                                        requires_grad=fmt == "bf16" and linear.bias.requires_grad)
+        return m
+
+    def _out_dtype(self, x: torch.Tensor, compute: torch.dtype) -> torch.dtype:
+        return torch.float32 if x.dtype == torch.float32 else compute
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"persistent_gemm.nn.Linear: input's last dim is {x.shape[-1]}, "
+                             f"in_features is {self.in_features}")
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        q, ops = self.qconfig, torch.ops.persistent_gemm
+        if q.format == "bf16":
+            w = self.weight
+            out_dtype = self._out_dtype(x, w.dtype)
+            y = ops.mm.default(x2.to(w.dtype), w.t(), out_dtype, q.config)
+        elif q.format == "fp8_rowwise":
+            xq, xs = _rowwise_e4m3(x2)
+            out_dtype = self._out_dtype(x, torch.bfloat16)
+            y = ops.scaled_mm.default(xq, self.weight_q.t(), xs, self.weight_scale, out_dtype,
+                                      q.use_fast_accum, q.config)
+        else:
+            xq, xs = quantize_mxfp8(x2, rule=q.rule)
+            out_dtype = self._out_dtype(x, torch.bfloat16)
+            op = ops.mxfp8_mm if q.format == "mxfp8" else ops.fp8_fp4_mm
+            y = op.default(xq, xs, self.weight_q.t(), self.weight_scale, out_dtype, "plain", q.config, "blocked")
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, format={self.qconfig.format!r}"
+                + (f", rule={self.qconfig.rule!r}" if self.qconfig.format in ("mxfp8", "fp8_fp4") else ""))
+
+
+FilterFn = Callable[[torch.nn.Module, str], bool]
+
+
+def quantize_(model: torch.nn.Module, config: Union[QuantConfig, str] = "bf16",
+              filter_fn: Optional[FilterFn] = None) -> torch.nn.Module:
+    """Replace, in place, every ``torch.nn.Linear`` of ``model`` for which
+    ``filter_fn(module, fully_qualified_name)`` is true (all, by default) with a :class:`Linear`
+    in ``config``'s format, and return ``model``. A layer the format cannot take (fp8_fp4 with
+    ``in_features % 32``) raises ValueError naming it; exclude it with ``filter_fn``."""
+    if isinstance(config, str):
+        config = QuantConfig(config)
+    if not isinstance(config, QuantConfig):
+        raise TypeError(f"config must be a QuantConfig or a format name, got {type(config).__name__}")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(model, torch.nn.Linear):
+        raise TypeError("quantize_ replaces the Linear children of a model in place; for one layer use "
+                        "persistent_gemm.nn.Linear.from_linear(linear, config)")
+    for fqn, parent in list(model.named_modules()):
+        for name, child in list(parent.named_children()):
+            full = f"{fqn}.{name}" if fqn else name
+            if type(child) is not torch.nn.Linear or (filter_fn is not None and not filter_fn(child, full)):
+                continue
+            try:
+                setattr(parent, name, Linear.from_linear(child, config))
+            except ValueError as e:
+                raise ValueError(f"{full}: {e}") from None
+    return model
