@@ -12,7 +12,8 @@
 namespace persistent_gemm {
 namespace {
 
-std::string dtype_name(at::ScalarType t) { return c10::toString(t); }
+// torch's own spelling ("torch.float32"), as the Python side and every other message use.
+std::string dtype_name(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
 
 void check_2d(char const* op, char const* arg, at::Tensor const& t, char const* shape) {
   TORCH_CHECK_VALUE(t.defined(), msg(op, ": ", arg, " is undefined; expected a ", shape, " tensor"));
@@ -212,6 +213,13 @@ Problem check_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b
   if (tensorwise) {
     kind = ScaleKind::Tensorwise;
   } else {
+    // One scalar beside one vector is a mix of the two modes: say so, not "scale_a is wrong".
+    bool const a_scalar = scale_a.numel() == 1 && scale_a.dim() <= 2 && m != 1;
+    bool const b_scalar = scale_b.numel() == 1 && scale_b.dim() <= 2 && n != 1;
+    TORCH_CHECK_VALUE(a_scalar == b_scalar, msg(op, ": scale_a and scale_b must both be tensorwise (one element "
+                      "each) or both rowwise ((M, 1) = (", m, ", 1) and (1, N) = (1, ", n, ")); got scale_a ",
+                      scale_a.sizes(), " (", a_scalar ? "tensorwise" : "rowwise", ") and scale_b ", scale_b.sizes(),
+                      " (", b_scalar ? "tensorwise" : "rowwise", ")"));
     TORCH_CHECK_VALUE(scale_a.dim() == 2 && scale_a.size(0) == m && scale_a.size(1) == 1, msg(op,
                       ": scale_a must be a scalar (tensorwise) or (M, 1) = (", m, ", 1) (rowwise), got ",
                       scale_a.sizes()));
@@ -247,8 +255,12 @@ Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& 
   int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
   TORCH_CHECK_VALUE(k % kMxBlock == 0, msg(op, ": K = ", k,
                     " must be a multiple of 32 (whole e2m1 scale blocks; packed rows 16-byte aligned)"));
-  TORCH_CHECK_VALUE(b.size(0) * 2 == k, msg(op, ": b holds two e2m1 values per byte, so it must be (K/2, N) = (",
-                    k / 2, ", ", n, "), got ", b.sizes()));
+  // A weight stored (N, K/2) passed without .t() has K/2 in its second extent: name the fix.
+  TORCH_CHECK_VALUE(b.size(0) * 2 == k || b.size(1) * 2 != k,
+                    msg(op, ": b is ", b.sizes(), ", which looks like the (N, K/2) packed weight itself; pass its "
+                        "transpose (K/2, N) = (", k / 2, ", ", b.size(0), "): wq.t()"));
+  TORCH_CHECK_VALUE(b.size(0) * 2 == k, msg(op, ": b holds two e2m1 values per byte, so it must be (K/2, N) with "
+                    "K/2 = ", k / 2, " (a's K = ", k, " halved), got ", b.sizes()));
   check_row_major(op, "a", a, "row-major (M, K)");
   check_col_major(op, "b", b, "column-major (K/2, N)");
   check_block_scale(op, "a_scale", a_scale, m, "M", k, layout.a, "scale_layout");

@@ -278,13 +278,16 @@ def test_scaled_mm_errors():
         pg.scaled_mm(a, b.contiguous(), one, one)
     with pytest.raises(ValueError, match="a must be row-major"):
         pg.scaled_mm(a.t().contiguous().t(), b, one, one)
-    with pytest.raises(TypeError, match="scale_a must be Float"):
+    with pytest.raises(TypeError, match="scale_a must be torch.float32, got torch.float64"):
         pg.scaled_mm(a, b, one.double(), one)
+    with pytest.raises(ValueError, match=r"scale_a and scale_b must both be tensorwise .* or both rowwise.*"
+                                         r"got scale_a \[\] \(tensorwise\) and scale_b \[1, 6\] \(rowwise\)"):
+        pg.scaled_mm(a, b, one, torch.ones(1, 6))
     with pytest.raises(ValueError, match=r"scale_a must be a scalar \(tensorwise\) or \(M, 1\)"):
         pg.scaled_mm(a, b, torch.ones(8), torch.ones(1, 6))
     with pytest.raises(ValueError, match=r"scale_b must be a scalar \(tensorwise\) or \(1, N\)"):
         pg.scaled_mm(a, b, torch.ones(8, 1), torch.ones(6, 1))
-    with pytest.raises(TypeError, match="a must be Float8_e4m3fn"):
+    with pytest.raises(TypeError, match="a must be torch.float8_e4m3fn, got torch"):
         pg.scaled_mm(a.to(BF), b, one, one)
 
 
@@ -302,9 +305,12 @@ def test_mx_errors():
         pg.fp8_fp4_mm(xq[:, :32], xs[:, :1], w4.t(), s4)
     x48, s48 = pg.quantize_mxfp8(torch.randn(8, 48))
     w48, ws48 = pg.quantize_mxfp4(torch.randn(6, 48))
+    with pytest.raises(ValueError, match=r"looks like the \(N, K/2\) packed weight itself; pass its transpose "
+                                         r"\(K/2, N\) = \(32, 6\): wq.t\(\)"):
+        pg.fp8_fp4_mm(xq, xs, w4, s4)  # the forgotten .t()
     with pytest.raises(ValueError, match="K = 48 must be a multiple of 32"):
         pg.fp8_fp4_mm(x48, s48, w48.t(), ws48)
-    with pytest.raises(TypeError, match="b must be Float4_e2m1fn_x2"):
+    with pytest.raises(TypeError, match="b must be torch.float4_e2m1fn_x2, got torch"):
         pg.fp8_fp4_mm(xq, xs, wq.t(), ws)
 
 
