@@ -155,19 +155,39 @@ def extensions():
     return exts
 
 
+#: Environment variable: "1" installs the pure-Python package only (schedule tools, catalogue,
+#: codegen, quantizer references; no extension, no CUDA toolkit, no nvcc time).
+PYTHON_ONLY_ENV = "PGEMM_PYTHON_ONLY"
+
+
 def main():
-    require_host_torch()
-    locate_cuda()
-    from torch.utils.cpp_extension import BuildExtension
     version = re.search(r'__version__ = "([^"]+)"', (ROOT / "python/persistent_gemm/_version.py").read_text()).group(1)
+    if os.environ.get(PYTHON_ONLY_ENV) == "1":
+        ext_modules, cmdclass = [], {}
+    else:
+        require_host_torch()
+        locate_cuda()
+        from torch.utils.cpp_extension import BuildExtension
+        ext_modules = extensions()
+        cmdclass = {"build_ext": BuildExtension.with_options(use_ninja=True)}
     setup(
         name="persistent_gemm",
         version=version,
         description="Persistent warp-specialized GEMMs with a user-visible tile scheduler (SM90/SM100)",
+        long_description=(ROOT / "README.md").read_text(),
+        long_description_content_type="text/markdown",
+        classifiers=[
+            "Programming Language :: Python :: 3",
+            "Programming Language :: C++",
+            "Environment :: GPU :: NVIDIA CUDA :: 12",
+            "Topic :: Scientific/Engineering :: Artificial Intelligence",
+            "Typing :: Typed",
+        ],
         package_dir={"": "python"},
         packages=["persistent_gemm"],
-        ext_modules=extensions(),
-        cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+        package_data={"persistent_gemm": ["py.typed"]},
+        ext_modules=ext_modules,
+        cmdclass=cmdclass,
         python_requires=">=3.10",
         install_requires=["torch>=2.8"],
         extras_require={"plot": ["matplotlib"], "test": ["pytest", "hypothesis"]},

@@ -169,3 +169,19 @@ def test_build_info_and_built_configs():
         assert info["registry_abi"] == pg._C.REGISTRY_ABI
         assert sum(info["archs"].values()) == len(pg.built_configs())
         assert pg.built_configs() == sorted(pg.built_configs())
+
+
+def test_python_only_install_needs_no_cuda_toolkit(tmp_path):
+    """PGEMM_PYTHON_ONLY=1 installs the schedule tools without building (or needing) the extension."""
+    env = dict(os.environ, PGEMM_PYTHON_ONLY="1", CUDA_HOME=str(tmp_path / "no-cuda"), PATH="/usr/bin:/bin")
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--target", str(tmp_path / "site"), str(REPO)], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    files = {f.name for f in (tmp_path / "site" / "persistent_gemm").iterdir()}
+    assert "py.typed" in files and not any(f.endswith(".so") for f in files)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
+    code = ("import persistent_gemm as pg; assert not pg.extension_available(); "
+            "print(pg.KernelConfig().grid(4096, 4096).coord(5))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "(0, 5)", p.stderr
