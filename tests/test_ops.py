@@ -330,3 +330,20 @@ def test_empty_extents(mnk):
     for sa, sb in ((torch.tensor(2.0), torch.tensor(3.0)), (torch.ones(m, 1), torch.ones(1, n))):
         z = pg.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
         assert z.shape == (m, n) and z.dtype == torch.float32 and bool((z == 0).all())
+
+
+def test_vmap_of_mm_is_one_gemm_per_weight_and_warns_nothing():
+    import warnings
+
+    a = randn(3 * 4, 32, BF, seed=1).reshape(3, 4, 32)
+    w = randn(32, 8, BF, seed=2)
+    ws = randn(3 * 32, 8, BF, seed=3).reshape(3, 32, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "falls back to a slow loop" is a UserWarning
+        shared = torch.vmap(pg.mm, in_dims=(0, None))(a, w)
+        batched = torch.vmap(pg.mm, in_dims=(0, 0))(a, ws)
+        moved = torch.vmap(pg.mm, in_dims=(1, None))(a.transpose(0, 1).contiguous(), w)
+    for i in range(3):
+        assert torch.equal(shared[i], pg.mm(a[i], w))
+        assert torch.equal(batched[i], pg.mm(a[i], ws[i]))
+        assert torch.equal(moved[i], pg.mm(a[i], w))

@@ -68,6 +68,22 @@ def _mm_fake(a, b, out_dtype=None, config=None):
     return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, a.dtype))
 
 
+@torch.library.register_vmap(f"{_LIB}::mm")
+def _mm_vmap(info, in_dims, a, b, out_dtype=None, config=None):
+    """torch.vmap(mm): a batch of activations against one weight is one GEMM over the stacked
+    rows (B*M, K) @ (K, N); batched weights run one GEMM per batch element. Either way no
+    per-example fallback warning."""
+    a_dim, b_dim = in_dims[0], in_dims[1]
+    mm_ = torch.ops.persistent_gemm.mm.default
+    if b_dim is None:
+        a = a.movedim(a_dim, 0)
+        batch, m, k = a.shape
+        return mm_(a.reshape(batch * m, k), b, out_dtype, config).reshape(batch, m, -1), 0
+    b = b.movedim(b_dim, 0)
+    a = a.movedim(a_dim, 0) if a_dim is not None else a.expand(b.shape[0], *a.shape)
+    return torch.stack([mm_(a[i], b[i], out_dtype, config) for i in range(b.shape[0])]), 0
+
+
 @torch.library.register_fake(f"{_LIB}::scaled_mm")
 def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype=None, use_fast_accum=False, config=None):
     _check_2d("a", a)
