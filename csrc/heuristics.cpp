@@ -312,9 +312,11 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
       if (w.find(" " + d) == std::string::npos) w += " " + d;
     }
     if (r.config && writes.count(*r.config)) {
-      TORCH_CHECK(forced_takes_these_operands, msg(op, ": config '", *r.config, "' is a kernel for other operands (",
-                  writes[*r.config], "); this problem's operands are ", dtype_str(r.a)));
-      TORCH_CHECK(false, msg(op, ": config '", *r.config, "' has no variant writing ", dtype_str(r.d), " from ",
+      // A forced config that cannot serve the call is the caller's mistake: ValueError, as the
+      // ops' own argument checks raise for the same mistake.
+      TORCH_CHECK_VALUE(forced_takes_these_operands, msg(op, ": config '", *r.config, "' is a kernel for other "
+                        "operands (", writes[*r.config], "); this problem's operands are ", dtype_str(r.a)));
+      TORCH_CHECK_VALUE(false, msg(op, ": config '", *r.config, "' has no variant writing ", dtype_str(r.d), " from ",
                   dtype_str(r.a), " with this scale mode (it has: ", writes[*r.config],
                   "); shape-tuned configs carry only their common fast path, the first config of each "
                   "family every output dtype. Drop config= to let the dispatcher choose."));

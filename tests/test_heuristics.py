@@ -87,9 +87,9 @@ def test_layout_and_alignment_fallbacks_are_reported():
 def test_forced_and_rejected_configs():
     forced = names("bf16")[1]
     assert pg.explain(8192, 8192, 8192, config=forced).config == forced
-    with pytest.raises(RuntimeError, match="is a kernel for other operands .fp16 -> .*operands are bf16"):
+    with pytest.raises(ValueError, match="is a kernel for other operands .fp16 -> .*operands are bf16"):
         pg.explain(64, 64, 64, config=names("fp16")[0])  # a fp16 kernel for a bf16 problem
-    with pytest.raises(RuntimeError, match="has no variant writing fp32"):
+    with pytest.raises(ValueError, match="has no variant writing fp32"):
         pg.explain(64, 64, 64, out_dtype="fp32", config=names("bf16")[1])  # shape-tuned: bf16 out only
     d = pg.explain(256, 256, 256, dtype="e4m3", scale="tensor")
     assert any(line.startswith("rejected ") and "operands are bf16" in line for line in d.log)
