@@ -101,8 +101,31 @@ def _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config
     return M, N, K, sm_count
 
 
+def _device_defaults(arch, sm_count):
+    """explain() about the GPU it runs on unless told otherwise: the current device's arch and
+    SM count where that arch's module is built; without one, sm90a at its reference part."""
+    if arch is not None and not isinstance(arch, str):
+        return arch, sm_count  # _check_args names the bad type
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            here = next((a.name for a in ARCH_SPECS.values() if a.sm == (major, minor)), None)
+            if here is not None and (arch is None or arch == here):
+                from . import built_archs
+
+                if here in built_archs():
+                    arch = here
+                    if sm_count is None:
+                        sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    except Exception:  # no usable CUDA: the reference part
+        pass
+    return (arch or "sm90a"), sm_count
+
+
 def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[str] = None,
-            layout: str = "rc", scale: str = "none", arch: str = "sm90a", sm_count: Optional[int] = None,
+            layout: str = "rc", scale: str = "none", arch: Optional[str] = None, sm_count: Optional[int] = None,
             config=None, use_fast_accum: bool = False, render=None) -> Decision:
     """The kernel ``mm``/``scaled_mm`` would pick for an (M, N, K) problem.
 
@@ -111,9 +134,11 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     input dtype for mm, bf16 for fp8. ``layout`` is two letters, for a (M, K) and b (K, N):
     ``r`` row-major, ``c`` column-major (``"rc"``: both K-major, the fast path). ``scale``:
     ``"none"`` for mm; ``"tensor"`` or ``"row"`` for scaled_mm (dtype ``"e4m3"`` needs one of
-    them). ``arch``: ``"sm90a"`` or ``"sm100a"`` (its kernel module must be built).
-    ``sm_count``: SMs of the target GPU; None takes the arch's reference part (archs.py: 132 for an
-    H200, 148 for a B200). The sm100a cost model uses published B200 peaks, not measurements
+    them). ``arch``: ``"sm90a"`` or ``"sm100a"`` (its kernel module must be built); None: the
+    current CUDA device's arch when its module is built, else ``"sm90a"``. ``sm_count``: SMs of
+    the target GPU; None takes the current device's when it is that arch, else the arch's
+    reference part (archs.py: 132 for an H200, 148 for a B200). The decision says which it used
+    (:attr:`Decision.sm_count`). The sm100a cost model uses published B200 peaks, not measurements
     (:attr:`Decision.cost_model_measured`). ``config``: a canonical config name or a
     :class:`KernelConfig` to force (one that is not built is compiled first, as the ops do), or
     None to let the cost model choose; a winner of :func:`persistent_gemm.tune` for this problem
@@ -135,6 +160,7 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     """
     from . import require_extension
 
+    arch, sm_count = _device_defaults(arch, sm_count)
     M, N, K, sm_count = _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config,
                                     use_fast_accum)
     out = out_dtype or ("bf16" if dtype in ("e4m3",) + MX_DTYPES else dtype)
