@@ -70,11 +70,17 @@ def test_cli_schedule_with_config_name_and_workers(capsys):
 
 
 def test_cli_schedule_defaults_and_kernel_aliases(capsys):
+    # The CLI's defaults are KernelConfig()'s and TileSchedule()'s: one meaning in both places.
+    import persistent_gemm as pg
+
     rc, out, _ = _main(capsys, "schedule", "--m", "4096", "--n", "4096")
-    assert rc == 0 and "config    sm90a_bf16_128x256x64_c2x1_sw8_row_coop" in out
-    rc, out, _ = _main(capsys, "schedule", "--m", "4096", "--n", "4096", "--kernel", "pp", "--tile", "64x128x64", "--cluster", "1x1")
+    assert rc == 0 and f"config    {pg.KernelConfig().name}" in out
+    assert pg.KernelConfig().name == "sm90a_bf16_128x256x64_c1x1_sw1_row_coop"
+    rc, out, _ = _main(capsys, "schedule", "--m", "4096", "--n", "4096", "--kernel", "pp", "--tile", "64x128x64",
+                       "--swizzle", "8")
     assert rc == 0 and "sm90a_bf16_64x128x64_c1x1_sw8_row_pp" in out and "workers   132 (132 SMs" in out
-    rc, out, _ = _main(capsys, "schedule", "--m", "4096", "--n", "4096", "--arch", "sm100a", "--dtype", "e4m3xe2m1", "--tile", "128x128x128")
+    rc, out, _ = _main(capsys, "schedule", "--m", "4096", "--n", "4096", "--arch", "sm100a", "--dtype", "e4m3xe2m1",
+                       "--tile", "128x128x128", "--cluster", "2x1", "--swizzle", "8")
     assert rc == 0 and "sm100a_e4m3xe2m1_128x128x128_c2x1_sw8_row_1sm" in out and "B 0.5 B/elem" in out
 
 

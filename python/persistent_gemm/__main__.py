@@ -24,17 +24,21 @@ import sys
 from typing import Optional, Sequence
 
 from .archs import ARCH_NAMES, ARCHS
-from .catalogue import DTYPES
+from .catalogue import DTYPES, KernelConfig
+from .schedule import TileSchedule
 
-# Flags that build a KernelConfig field by field; they conflict with --config.
+# Flags that build a KernelConfig field by field; they conflict with --config. Their defaults are
+# TileSchedule()'s and KernelConfig()'s own, so the CLI and the Python API mean the same thing.
+_SCHEDULE_DEFAULT = TileSchedule()
+_KERNEL_DEFAULT = KernelConfig()
 _CONFIG_DEFAULTS = {
-    "swizzle": 8,
-    "cluster": "2x1",
-    "raster": "row",
-    "tile": "128x256x64",
+    "swizzle": _SCHEDULE_DEFAULT.swizzle,
+    "cluster": "x".join(map(str, _SCHEDULE_DEFAULT.cluster)),
+    "raster": _SCHEDULE_DEFAULT.raster,
+    "tile": "x".join(map(str, _KERNEL_DEFAULT.tile)),
     "kernel": None,  # first style of the arch
-    "dtype": "bf16",
-    "arch": "sm90a",
+    "dtype": _KERNEL_DEFAULT.dtype,
+    "arch": _KERNEL_DEFAULT.arch,
     "stages": None,
     "split_k": None,
 }
@@ -285,8 +289,9 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--n", type=int, required=True, help="columns of C")
     q.add_argument("--k", type=int, default=8192, help="reduction depth (default 8192)")
     q.add_argument("--config", help="canonical config name, e.g. sm90a_bf16_128x256x64_c2x1_sw8_row_coop")
-    q.add_argument("--swizzle", type=int, help="panel width in clusters (default 8)")
-    q.add_argument("--cluster", help="cluster_m x cluster_n (default 2x1)")
+    q.add_argument("--swizzle", type=int, help=f"panel width in clusters (default {_CONFIG_DEFAULTS['swizzle']}, "
+                   "TileSchedule()'s)")
+    q.add_argument("--cluster", help=f"cluster_m x cluster_n (default {_CONFIG_DEFAULTS['cluster']}, TileSchedule()'s)")
     q.add_argument("--raster", choices=("row", "column"), help="default row")
     q.add_argument("--tile", help="tile_m x tile_n x tile_k (default 128x256x64)")
     q.add_argument(
