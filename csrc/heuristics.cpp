@@ -223,16 +223,16 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
       reject(e.config, std::string("operands are ") + dtype_str(e.a_dtype));
       continue;
     }
-    if (e.scale_mode != r.scale) {
-      reject(e.config, "scale mode differs");
-      continue;
-    }
     // The 16-bit / e4m3 swap-AB kernels are decode kernels (tokens on a 16-wide N): eligible for
     // M up to 4 such tiles unless forced. Their predicated stores carry no pass penalty (below),
     // so on a large unaligned D they would otherwise win on pass count alone.
     if (!r.config && e.swap_ab && e.scale_mode != ScaleMode::Block32 && r.m > 4 * int64_t(e.geometry.tile_n)) {
       reject(e.config, "swap-AB decode kernel: M = " + std::to_string(r.m) + " exceeds " +
                            std::to_string(4 * e.geometry.tile_n) + " tokens");
+      continue;
+    }
+    if (e.scale_mode != r.scale) {
+      reject(e.config, "scale mode differs");
       continue;
     }
     if (e.fast_accum && !r.fast_accum) {
