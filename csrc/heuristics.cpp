@@ -69,8 +69,8 @@ constexpr double kOobFillBytesPerUs = 80e3;    // TMA zero-fill of out-of-bounds
 constexpr double kCoopEpilogueUsPer32K = 3.3;  // cooperative epilogue per 32K-element tile
 constexpr double kL2ShareOfDram = 0.25;        // L2 -> SM traffic slows a concurrent DRAM stream
 constexpr double kCopyLaunchUs = 6.0;          // one extra copy (pad_m), mostly its host time
-// Split-K: the flags' memset (a second node on the stream) and the reducer's flag round trip
-// through L2 after the slowest partial. A prior, not yet fitted to a sweep.
+// Split-K: the reducer's flag round trip through L2 after the slowest partial, and the partials'
+// stores and loads around it. A prior, not yet fitted to a sweep.
 constexpr double kSplitFixupUs = 2.0;
 }  // namespace model
 

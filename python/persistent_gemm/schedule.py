@@ -25,8 +25,8 @@ DeepGEMM's grouped swizzle.
   (``Kt = ceil(K / tile_k)`` K-tiles), unit ``s`` reducing the K-tiles
   ``[s * Kt // S', (s + 1) * Kt // S')``. Linear id ``t`` is unit ``t % S'`` of the cluster
   coordinate ``coord`` gives for ``t // S'``, so a tile's units are consecutive on the clock and
-  run side by side in one wave. The kernels do not consume K ranges yet
-  (:meth:`~persistent_gemm.catalogue.KernelConfig.kernel_rejection`).
+  run side by side in one wave. The sm90a 16-bit and e4m3 kernels reduce them; others refuse
+  split-K (:meth:`~persistent_gemm.catalogue.KernelConfig.kernel_rejection`).
 """
 
 from __future__ import annotations

@@ -134,9 +134,9 @@ struct Sm100Gemm {
 
   static void const* entry() { return reinterpret_cast<void const*>(&cutlass::device_kernel<Kernel>); }
 
-  // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
   static size_t workspace_bytes(GemmArgs const&) { return 0; }  // no split-K here
 
+  // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
   static cudaError_t run(GemmArgs const& a, cudaStream_t stream) noexcept {
     if (!can_implement(a)) return cudaErrorInvalidValue;
     return launch_sm100_persistent<Kernel>(entry(), make_arguments(a), stream);

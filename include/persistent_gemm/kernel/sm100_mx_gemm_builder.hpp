@@ -164,9 +164,9 @@ struct Sm100MxGemm {
 
   static void const* entry() { return reinterpret_cast<void const*>(&cutlass::device_kernel<Kernel>); }
 
-  // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
   static size_t workspace_bytes(GemmArgs const&) { return 0; }  // no split-K here
 
+  // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
   static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
     if (!can_implement(g)) return cudaErrorInvalidValue;
     return launch_sm100_persistent<Kernel>(entry(), make_arguments(g), stream);

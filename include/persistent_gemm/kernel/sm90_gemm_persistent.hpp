@@ -19,9 +19,9 @@
 //
 // Split-K (ScheduleTag::SplitK = S > 1): each work unit reduces its own K-tile range. Units
 // 0..S'-2 of a tile store their fp32 accumulators to a workspace slot (in fragment order: no
-// coordinate math) and raise the tile's flag; unit S'-1, the reducer, waits for the flag and adds
-// slots 0..S'-2 in index order before the normal epilogue, so the sum's order is fixed and the
-// result bitwise reproducible. The reducer waits only on smaller ids, which every worker reaches
+// coordinate math) and set the slot's flag to the launch's nonce; unit S'-1, the reducer, waits
+// for every flag of its tile, clears them, and adds slots 0..S'-2 in index order before the
+// normal epilogue, so the sum's order is fixed and the result bitwise reproducible. The reducer waits only on smaller ids, which every worker reaches
 // no later than it (one clock, ids in order) and all launched clusters are resident: no deadlock.
 //
 // Tail CTAs (valid && !in_bounds: the part of a cluster hanging past the M/N tile grid) run the
@@ -157,7 +157,7 @@ class Sm90GemmPersistent {
     typename CollectiveEpilogue::Arguments epilogue{};
     typename Scheduler::Arguments scheduler{};
     int sm_count = 0;  // multiprocessors of the device; sizes the persistent grid
-    // Split-K only: workspace_bytes(args) bytes, its first flag_bytes(args) zeroed before launch.
+    // Split-K only: workspace_bytes(args) bytes, 256 B aligned; never zeroed (see split_fixup).
     void* workspace = nullptr;
     uint64_t split_nonce = 0;  // one per launch (next_split_nonce()); a graph replays its capture's
   };

@@ -106,9 +106,9 @@ struct Sm90MxGemm {
     return Kernel::can_implement(make_arguments(g));
   }
 
-  // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
   static size_t workspace_bytes(GemmArgs const&) { return 0; }  // no split-K here
 
+  // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
   static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
     if (!can_implement(g)) return cudaErrorInvalidValue;
     return launch_sm90_persistent<Kernel>(make_arguments(g), stream);

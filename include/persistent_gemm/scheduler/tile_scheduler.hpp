@@ -14,8 +14,8 @@
 // Split-K: with SplitK = S > 1 every output tile is S work units, each a contiguous K-tile range
 // (split s of S covers [s*Kt/S, (s+1)*Kt/S), so ranges differ by at most one K-tile); a tile's
 // splits are consecutive ids on the clock (id = unit * splits + split), so they run side by
-// side in one wave. S is clamped to Kt at run time. The kernels do not consume K ranges yet
-// (Sm90GemmPersistent and Sm100GemmPersistent static_assert SplitK == 1): the walk is defined and parity-tested first.
+// side in one wave. S is clamped to Kt at run time. Sm90GemmPersistent reduces the ranges
+// (split_fixup); Sm100GemmPersistent static_asserts SplitK == 1.
 #pragma once
 
 #include <cstdint>
