@@ -3,7 +3,7 @@
 # Run from the repository root with the CUTLASS wheel downloaded into .whl/ (README,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
-#   bash benchmarks/gpu_session.sh build|test|sanitize|accuracy|bench|bench_mx|decode [extra bench_mm.py / bench_mx.py arguments]
+#   bash benchmarks/gpu_session.sh build|test|sanitize|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
 #
 # bench_mx also times humming (the optional peer) when its wheel is in .whl/
 # (pip download --no-deps -d .whl humming-kernels==0.1.19): installed without dependencies into
@@ -45,6 +45,10 @@ case "${1:-}" in
     shift
     python3 benchmarks/bench_mm.py --out "$OUT/h200" "$@" 2>&1 | tee "$OUT/bench.log" | grep -v "^sweep" | tail -60
     ;;
+  quant)
+    shift
+    python3 benchmarks/bench_quant.py --out "$OUT/h200_quant" "$@" 2>&1 | tee "$OUT/quant.log" | tail -20
+    ;;
   decode)
     shift
     python3 benchmarks/bench_decode.py --out "$OUT/h200_decode" "$@" 2>&1 | tee "$OUT/decode.log" | tail -40
@@ -64,7 +68,7 @@ case "${1:-}" in
       | tee "$OUT/bench_mx.log" | tail -80
     ;;
   *)
-    echo "usage: $0 build|test|sanitize|accuracy|bench|bench_mx|decode [bench args]" >&2
+    echo "usage: $0 build|test|sanitize|accuracy|bench|bench_mx|decode|quant [bench args]" >&2
     exit 2
     ;;
 esac

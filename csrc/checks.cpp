@@ -268,4 +268,26 @@ Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& 
   return {m, n, k, resolve_out(op, out_dtype, at::kBFloat16)};
 }
 
+Epilogue check_epilogue(char const* op, at::Tensor const& a, std::optional<at::Tensor> const& bias, double alpha,
+                        double beta, Problem const& p) {
+  Epilogue e;
+  e.alpha = alpha;
+  e.beta = beta;
+  if (!bias || !bias->defined()) return e;
+  at::Tensor const& t = *bias;
+  TORCH_CHECK_VALUE(t.dim() == 1 && t.size(0) == p.n, msg(op, ": bias must be a 1-D tensor of N = ", p.n,
+                    " elements (one per output column), got shape ", t.sizes()));
+  TORCH_CHECK_TYPE(t.scalar_type() == p.out_dtype, msg(op, ": bias must have the output's dtype ",
+                   dtype_name(p.out_dtype), ", got ", dtype_name(t.scalar_type())));
+  check_same_device(op, a, "bias", t);
+  if (beta != 0.0) e.bias = t;
+  return e;
+}
+
+at::Tensor epilogue_reference(at::Tensor acc, Epilogue const& epi, at::ScalarType out_dtype) {
+  if (epi.alpha != 1.0) acc = acc * epi.alpha;
+  if (epi.bias.defined()) acc = acc + epi.bias.to(at::kFloat) * epi.beta;
+  return acc.to(out_dtype);
+}
+
 }  // namespace persistent_gemm

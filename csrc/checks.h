@@ -55,6 +55,20 @@ void check_config(char const* op, std::optional<c10::string_view> config,
 // accurate).
 void check_config_accum(char const* op, std::optional<c10::string_view> config, bool use_fast_accum);
 
+// The ops' epilogue terms: D = alpha * (A @ B, scaled) + beta * bias[n], in fp32, rounded once.
+struct Epilogue {
+  at::Tensor bias;  // (N,) of the output dtype; undefined: none (also when beta == 0)
+  double alpha = 1.0, beta = 1.0;
+  bool trivial() const { return !bias.defined() && alpha == 1.0; }
+};
+// bias must be a 1-D (N,) tensor of out_dtype on a's device. beta == 0 drops it, as addmm
+// ignores its input then (NaN and inf included).
+Epilogue check_epilogue(char const* op, at::Tensor const& a, std::optional<at::Tensor> const& bias, double alpha,
+                        double beta, Problem const& p);
+// The epilogue on an fp32 accumulator `acc` (M, N), rounded once to out_dtype: the references'
+// definition, also what the dispatcher does for a kernel without a fused epilogue or K == 0.
+at::Tensor epilogue_reference(at::Tensor acc, Epilogue const& epi, at::ScalarType out_dtype);
+
 constexpr int64_t kMxBlock = 32;  // elements per e8m0 scale along K
 
 // e8m0 scales per row of an MX operand with K columns (the last block may be partial).

@@ -174,12 +174,35 @@ at::Tensor attach_workspace(KernelEntry const& e, GemmArgs& args, at::TensorOpti
   return ws;
 }
 
+// The epilogue's GemmArgs: a fusing kernel gets bias (in its own output type), alpha and beta;
+// for any other the dispatcher runs finish_epilogue on its output instead.
+at::Tensor attach_epilogue(KernelEntry const& e, GemmArgs& args, Epilogue const& epi, at::ScalarType kernel_out) {
+  if (!e.fused_bias) return {};
+  args.alpha = float(epi.alpha);
+  if (!epi.bias.defined()) return {};
+  at::Tensor bias = epi.bias.to(kernel_out).contiguous();
+  args.bias = bias.data_ptr();
+  args.beta = float(epi.beta);
+  return bias;
+}
+
+// D (the kernel's output, before any cast) after a kernel that did not fuse the epilogue.
+at::Tensor finish_epilogue(KernelEntry const& e, at::Tensor d, Epilogue const& epi) {
+  if (e.fused_bias || epi.trivial()) return d;
+  return epilogue_reference(d.to(at::kFloat), epi, d.scalar_type());
+}
+
+// K == 0 (or the fallback): D = beta * bias broadcast over M rows, zeros without a bias.
+at::Tensor empty_k_result(Problem const& p, at::Tensor const& a, Epilogue const& epi) {
+  return epilogue_reference(at::zeros({p.m, p.n}, a.options().dtype(at::kFloat)), epi, p.out_dtype);
+}
+
 // Runs A (M,K) @ B (K,N) with whatever operand copies / output cast the chosen variant needs.
 // A swap-AB kernel runs D^T = B^T A^T: the weight (b^T, N x K) is its A operand, the
 // activations its B, and it writes D transposed, i.e. D row-major, with no copy.
 at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tensor a, at::Tensor b,
                     at::Tensor const& scale_a, at::Tensor const& scale_b, at::ScalarType out_dtype,
-                    Problem const& p) {
+                    Problem const& p, Epilogue const& epi) {
   auto const* prop = &device_info(a.get_device());
   req.sm_count = prop->sm_count;
   // Unaligned operands go through an aligned K-major copy: correctness first, then speed.
@@ -229,11 +252,13 @@ at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tens
   args.sm_count = req.sm_count;
   args.max_workers = 0;
   at::Tensor const workspace = attach_workspace(e, args, a.options());
+  at::Tensor const bias = attach_epilogue(e, args, epi, kernel_out);
   check_launch(e.run(args, c10::cuda::getCurrentCUDAStream(a.get_device())), op, e, args,
                int64_t(c10::elementSize(kernel_out)));
 
   at::Tensor d = c.pad_m ? d_buf.narrow(0, 0, p.m) : d_buf;  // leading rows: still contiguous
   if (c.pad_d) d = d.narrow(1, 0, p.n);
+  d = finish_epilogue(e, d, epi);
   if (kernel_out != out_dtype) return d.to(out_dtype);
   return c.pad_d ? d.contiguous() : d;
 }
@@ -295,15 +320,17 @@ ArchModule const* arch_for_device(int device) {
 }
 
 at::Tensor mm_cuda(at::Tensor const& a, at::Tensor const& b, std::optional<at::ScalarType> out_dtype,
-                   std::optional<c10::string_view> config) {
+                   std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias, double alpha,
+                   double beta) {
   char const* op = "persistent_gemm.mm";
   auto const p = check_mm(op, a, b, out_dtype);
   check_config(op, config, {a.scalar_type() == at::kBFloat16 ? "bf16" : "fp16"});
+  auto const epi = check_epilogue(op, a, bias, alpha, beta, p);
   c10::cuda::CUDAGuard guard(a.device());
-  if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
+  if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
   auto const& mod = require_arch(op, a);
-  if (self_check::use_fallback(mod)) return mm_cpu(a, b, out_dtype, std::nullopt);
+  if (self_check::use_fallback(mod)) return mm_cpu(a, b, out_dtype, std::nullopt, bias, alpha, beta);
   Request req;
   req.m = p.m, req.n = p.n, req.k = p.k;
   req.a = req.b = to_dtype(a.scalar_type());
@@ -312,22 +339,25 @@ at::Tensor mm_cuda(at::Tensor const& a, at::Tensor const& b, std::optional<at::S
   req.b_k_major = b.stride(0) == 1 || b.size(0) == 1;
   req.scale = ScaleMode::None;
   if (config) req.config = std::string(config->data(), config->size());
-  return run_gemm(op, mod, req, a, b, {}, {}, p.out_dtype, p);
+  return run_gemm(op, mod, req, a, b, {}, {}, p.out_dtype, p, epi);
 }
 
 at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
                           at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
-                          std::optional<c10::string_view> config) {
+                          std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias,
+                          double alpha, double beta) {
   char const* op = "persistent_gemm.scaled_mm";
   ScaleKind kind;
   auto const p = check_scaled_mm(op, a, b, scale_a, scale_b, out_dtype, kind);
   check_config(op, config, {"e4m3"});
   check_config_accum(op, config, use_fast_accum);
+  auto const epi = check_epilogue(op, a, bias, alpha, beta, p);
   c10::cuda::CUDAGuard guard(a.device());
-  if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
+  if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
   auto const& mod = require_arch(op, a);
-  if (self_check::use_fallback(mod)) return scaled_mm_cpu(a, b, scale_a, scale_b, out_dtype, use_fast_accum, std::nullopt);
+  if (self_check::use_fallback(mod))
+    return scaled_mm_cpu(a, b, scale_a, scale_b, out_dtype, use_fast_accum, std::nullopt, bias, alpha, beta);
   Request req;
   req.m = p.m, req.n = p.n, req.k = p.k;
   req.a = req.b = DType::E4M3;
@@ -336,7 +366,7 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
   req.scale = kind == ScaleKind::Tensorwise ? ScaleMode::Tensorwise : ScaleMode::Rowwise;
   req.fast_accum = use_fast_accum;
   if (config) req.config = std::string(config->data(), config->size());
-  return run_gemm(op, mod, req, a, b, scale_a.contiguous(), scale_b.contiguous(), p.out_dtype, p);
+  return run_gemm(op, mod, req, a, b, scale_a.contiguous(), scale_b.contiguous(), p.out_dtype, p, epi);
 }
 
 namespace {
@@ -379,9 +409,9 @@ at::Tensor k_padded_copy(at::Tensor const& rows_by_k, int64_t kp_bytes) {
 
 at::Tensor run_mx(char const* op, Problem const& p, DType b_dtype, std::optional<c10::string_view> config,
                   at::Tensor a, at::Tensor const& a_scale, at::Tensor w, at::Tensor const& b_scale,
-                  ScaleLayouts layouts) {
+                  ScaleLayouts layouts, Epilogue const& epi) {
   c10::cuda::CUDAGuard guard(a.device());
-  if (p.m == 0 || p.n == 0 || p.k == 0) return at::zeros({p.m, p.n}, a.options().dtype(p.out_dtype));
+  if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
   auto const& mod = require_arch(op, a);
   Request req;
@@ -439,8 +469,9 @@ at::Tensor run_mx(char const* op, Problem const& p, DType b_dtype, std::optional
   args.scale_b = (e.swap_ab ? sc.a : sc.b).data_ptr();
   args.sm_count = req.sm_count;
   at::Tensor const workspace = attach_workspace(e, args, a.options());
+  at::Tensor const bias = attach_epilogue(e, args, epi, kernel_out);
   check_launch(e.run(args, stream), op, e, args, kernel_elem);
-  at::Tensor d = c.pad_d ? d_buf.narrow(1, 0, p.n) : d_buf;
+  at::Tensor d = finish_epilogue(e, c.pad_d ? d_buf.narrow(1, 0, p.n) : d_buf, epi);
   if (kernel_out != p.out_dtype) return d.to(p.out_dtype);
   return c.pad_d ? d.contiguous() : d;
 }
@@ -450,27 +481,29 @@ at::Tensor run_mx(char const* op, Problem const& p, DType b_dtype, std::optional
 at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                          at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
                          c10::string_view scale_layout, std::optional<c10::string_view> config,
-                         std::optional<c10::string_view> b_scale_layout) {
+                         std::optional<c10::string_view> b_scale_layout, std::optional<at::Tensor> const& bias) {
   char const* op = "persistent_gemm.mxfp8_mm";
   auto const layouts = parse_scale_layouts(op, scale_layout, b_scale_layout);
   auto const p = check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype, layouts);
   check_config(op, config, {"mxfp8"});
+  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
   if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
-    return mxfp8_mm_cpu(a, a_scale, b, b_scale, out_dtype, scale_layout, std::nullopt, b_scale_layout);
-  return run_mx(op, p, DType::E4M3, config, a, a_scale, b.t(), b_scale, layouts);
+    return mxfp8_mm_cpu(a, a_scale, b, b_scale, out_dtype, scale_layout, std::nullopt, b_scale_layout, bias);
+  return run_mx(op, p, DType::E4M3, config, a, a_scale, b.t(), b_scale, layouts, epi);
 }
 
 at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                            at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
                            c10::string_view scale_layout, std::optional<c10::string_view> config,
-                           std::optional<c10::string_view> b_scale_layout) {
+                           std::optional<c10::string_view> b_scale_layout, std::optional<at::Tensor> const& bias) {
   char const* op = "persistent_gemm.fp8_fp4_mm";
   auto const layouts = parse_scale_layouts(op, scale_layout, b_scale_layout);
   auto const p = check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype, layouts);
   check_config(op, config, {"e4m3xe2m1"});
+  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
   if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
-    return fp8_fp4_mm_cpu(a, a_scale, b, b_scale, out_dtype, scale_layout, std::nullopt, b_scale_layout);
-  return run_mx(op, p, DType::E2M1, config, a, a_scale, b.t(), b_scale, layouts);
+    return fp8_fp4_mm_cpu(a, a_scale, b, b_scale, out_dtype, scale_layout, std::nullopt, b_scale_layout, bias);
+  return run_mx(op, p, DType::E2M1, config, a, a_scale, b.t(), b_scale, layouts, epi);
 }
 
 }  // namespace persistent_gemm

@@ -179,6 +179,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         d["tma_store"] = e.tma_store;
         d["fast_accum"] = e.fast_accum;
         d["swap_ab"] = e.swap_ab;
+        d["fused_bias"] = e.fused_bias;
         out.append(d);
       }
     return out;

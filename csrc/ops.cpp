@@ -52,20 +52,26 @@ at::Tensor unpack_e2m1(at::Tensor const& packed_rows) {
 // The references are plain ATen, so they run on any device: the CPU kernels of the ops, the
 // self-check's yardstick and PGEMM_FALLBACK=torch (reference.h).
 at::Tensor mm_cpu(at::Tensor const& a, at::Tensor const& b, std::optional<at::ScalarType> out_dtype,
-                  std::optional<c10::string_view> config) {
-  auto const p = check_mm("persistent_gemm.mm", a, b, out_dtype);
-  check_config("persistent_gemm.mm", config, {a.scalar_type() == at::kBFloat16 ? "bf16" : "fp16"});
-  return at::mm(a.to(at::kFloat), b.to(at::kFloat)).to(p.out_dtype);
+                  std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias, double alpha,
+                  double beta) {
+  char const* op = "persistent_gemm.mm";
+  auto const p = check_mm(op, a, b, out_dtype);
+  check_config(op, config, {a.scalar_type() == at::kBFloat16 ? "bf16" : "fp16"});
+  auto const epi = check_epilogue(op, a, bias, alpha, beta, p);
+  return epilogue_reference(at::mm(a.to(at::kFloat), b.to(at::kFloat)), epi, p.out_dtype);
 }
 
 // use_fast_accum only permits a faster kernel; the reference accumulates exactly in fp32.
 at::Tensor scaled_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
-                         std::optional<c10::string_view> config) {
+                         std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias, double alpha,
+                         double beta) {
+  char const* op = "persistent_gemm.scaled_mm";
   ScaleKind kind;
-  auto const p = check_scaled_mm("persistent_gemm.scaled_mm", a, b, scale_a, scale_b, out_dtype, kind);
-  check_config("persistent_gemm.scaled_mm", config, {"e4m3"});
-  check_config_accum("persistent_gemm.scaled_mm", config, use_fast_accum);
+  auto const p = check_scaled_mm(op, a, b, scale_a, scale_b, out_dtype, kind);
+  check_config(op, config, {"e4m3"});
+  check_config_accum(op, config, use_fast_accum);
+  auto const epi = check_epilogue(op, a, bias, alpha, beta, p);
   auto acc = at::mm(a.to(at::kFloat), b.to(at::kFloat));
   // Scales multiply the fp32 accumulator, as the kernel's epilogue does.
   if (kind == ScaleKind::Tensorwise) {
@@ -73,57 +79,65 @@ at::Tensor scaled_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor co
   } else {
     acc = acc * scale_a * scale_b;
   }
-  return acc.to(p.out_dtype);
+  return epilogue_reference(acc, epi, p.out_dtype);
 }
 
 at::Tensor mxfp8_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                         at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
                         c10::string_view scale_layout, std::optional<c10::string_view> config,
-                        std::optional<c10::string_view> b_scale_layout) {
+                        std::optional<c10::string_view> b_scale_layout, std::optional<at::Tensor> const& bias) {
   char const* op = "persistent_gemm.mxfp8_mm";
   auto const layout = parse_scale_layouts(op, scale_layout, b_scale_layout);
   auto const p = check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype, layout);
   check_config(op, config, {"mxfp8"});
+  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
   auto const da = a.to(at::kFloat) * block_scale_factors(a_scale, p.m, p.k, layout.a);
   auto const db = b.t().to(at::kFloat) * block_scale_factors(b_scale, p.n, p.k, layout.b);  // (N, K)
-  return at::mm(da, db.t()).to(p.out_dtype);
+  return epilogue_reference(at::mm(da, db.t()), epi, p.out_dtype);
 }
 
 at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
                           at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
                           c10::string_view scale_layout, std::optional<c10::string_view> config,
-                          std::optional<c10::string_view> b_scale_layout) {
+                          std::optional<c10::string_view> b_scale_layout, std::optional<at::Tensor> const& bias) {
   char const* op = "persistent_gemm.fp8_fp4_mm";
   auto const layout = parse_scale_layouts(op, scale_layout, b_scale_layout);
   auto const p = check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype, layout);
   check_config(op, config, {"e4m3xe2m1"});
+  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
   auto const da = a.to(at::kFloat) * block_scale_factors(a_scale, p.m, p.k, layout.a);
   auto const db = unpack_e2m1(b.t()) * block_scale_factors(b_scale, p.n, p.k, layout.b);  // (N, K)
-  return at::mm(da, db.t()).to(p.out_dtype);
+  return epilogue_reference(at::mm(da, db.t()), epi, p.out_dtype);
 }
 
 namespace {
 
-// -- mm's autograd: dA = dC @ B^T, dB = A^T @ dC, both through mm itself ------------------------
+// -- mm's autograd: dA = alpha dC B^T, dB = alpha A^T dC (through mm itself), dbias = beta sum dC
 // Registered here, in C++, rather than with torch.library.register_autograd: a Python autograd
 // kernel runs on every eager call, grad or not, and costs ~5 us of host time per call (measured
 // on the dispatcher's CPU path), a tenth of a 2048^3 GEMM on the H200.
+using MmSig = at::Tensor(at::Tensor const&, at::Tensor const&, std::optional<at::ScalarType>,
+                         std::optional<c10::string_view>, std::optional<at::Tensor> const&, double, double);
+
 at::Tensor call_mm(at::Tensor const& a, at::Tensor const& b, std::optional<at::ScalarType> out_dtype,
-                   std::optional<c10::string_view> config) {
-  static auto const op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("persistent_gemm::mm", "")
-                             .typed<at::Tensor(at::Tensor const&, at::Tensor const&, std::optional<at::ScalarType>,
-                                               std::optional<c10::string_view>)>();
-  return op.call(a, b, out_dtype, config);
+                   std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias = std::nullopt,
+                   double alpha = 1.0, double beta = 1.0) {
+  static auto const op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("persistent_gemm::mm", "").typed<MmSig>();
+  return op.call(a, b, out_dtype, config, bias, alpha, beta);
 }
 
 class MmFunction : public torch::autograd::Function<MmFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor const& a, at::Tensor const& b,
-                            std::optional<at::ScalarType> out_dtype, std::optional<c10::string_view> config) {
+                            std::optional<at::ScalarType> out_dtype, std::optional<c10::string_view> config,
+                            std::optional<at::Tensor> const& bias, double alpha, double beta) {
     at::AutoDispatchBelowADInplaceOrView below;
     ctx->save_for_backward({a, b});
-    return call_mm(a, b, out_dtype, config);
+    ctx->saved_data["alpha"] = alpha;
+    ctx->saved_data["beta"] = beta;
+    ctx->saved_data["bias_dtype"] = bias && bias->defined() ? int64_t(bias->scalar_type()) : int64_t(-1);
+    return call_mm(a, b, out_dtype, config, bias, alpha, beta);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -131,25 +145,33 @@ class MmFunction : public torch::autograd::Function<MmFunction> {
     auto const saved = ctx->get_saved_variables();
     at::Tensor const& a = saved[0];
     at::Tensor const& b = saved[1];
+    double const alpha = ctx->saved_data["alpha"].toDouble();
+    double const beta = ctx->saved_data["beta"].toDouble();
     // Gradients come back in the input dtype, as torch.mm's do. Autograd may hand over an
     // expanded (stride-0) gradient, which mm rejects; contiguous() is a no-op otherwise.
     // `config` is not forwarded: the backward GEMMs have other shapes and layouts.
     at::Tensor const g = grads[0].to(a.scalar_type()).contiguous();
-    at::Tensor da, db;
-    if (ctx->needs_input_grad(0)) da = call_mm(g, b.t(), std::nullopt, std::nullopt);
-    if (ctx->needs_input_grad(1)) db = call_mm(a.t(), g, std::nullopt, std::nullopt);
-    return {da, db, at::Tensor(), at::Tensor()};
+    at::Tensor da, db, dbias;
+    if (ctx->needs_input_grad(0)) da = call_mm(g, b.t(), std::nullopt, std::nullopt, std::nullopt, alpha);
+    if (ctx->needs_input_grad(1)) db = call_mm(a.t(), g, std::nullopt, std::nullopt, std::nullopt, alpha);
+    // needs_input_grad counts tensor inputs only: a, b, then the bias when one was given.
+    int64_t const bias_dtype = ctx->saved_data["bias_dtype"].toInt();
+    if (bias_dtype >= 0 && ctx->needs_input_grad(2))
+      dbias = (grads[0].to(at::kFloat).sum(0) * beta).to(at::ScalarType(bias_dtype));
+    return {da, db, at::Tensor(), at::Tensor(), dbias, at::Tensor(), at::Tensor()};
   }
 };
 
 at::Tensor mm_autograd(at::Tensor const& a, at::Tensor const& b, std::optional<at::ScalarType> out_dtype,
-                       std::optional<c10::string_view> config) {
+                       std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias, double alpha,
+                       double beta) {
+  bool const bias_grad = bias && bias->defined() && bias->requires_grad();
   // Inference calls skip the graph node entirely.
-  if (!at::GradMode::is_enabled() || !(a.requires_grad() || b.requires_grad())) {
+  if (!at::GradMode::is_enabled() || !(a.requires_grad() || b.requires_grad() || bias_grad)) {
     at::AutoDispatchBelowADInplaceOrView below;
-    return call_mm(a, b, out_dtype, config);
+    return call_mm(a, b, out_dtype, config, bias, alpha, beta);
   }
-  return MmFunction::apply(a, b, out_dtype, config);
+  return MmFunction::apply(a, b, out_dtype, config, bias, alpha, beta);
 }
 
 // -- scaled_mm and the MX ops: not differentiable, said so ------------------------------------
@@ -160,34 +182,42 @@ at::Tensor mm_autograd(at::Tensor const& a, at::Tensor const& b, std::optional<a
 void refuse_grad(char const* op, std::initializer_list<std::pair<char const*, at::Tensor const*>> inputs) {
   if (!at::GradMode::is_enabled()) return;
   for (auto const& [name, t] : inputs)
-    TORCH_CHECK(!t->requires_grad(), op, " is not differentiable: its operands are quantized, so no gradient ",
+    TORCH_CHECK(!t->defined() || !t->requires_grad(), op, " is not differentiable: its operands are quantized, so no gradient ",
                 "flows through them, and '", name, "' requires grad. Train through persistent_gemm.mm (bf16/fp16) ",
                 "and quantize for inference, or call it under torch.no_grad() / torch.inference_mode().");
 }
 
+// A bias is refused too when it requires grad: the op as a whole is inference-only.
+at::Tensor const kNoTensor;
+at::Tensor const& or_none(std::optional<at::Tensor> const& t) { return t ? *t : kNoTensor; }
+
 at::Tensor scaled_mm_autograd(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
                               at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
-                              std::optional<c10::string_view> config) {
-  refuse_grad("persistent_gemm.scaled_mm", {{"a", &a}, {"b", &b}, {"scale_a", &scale_a}, {"scale_b", &scale_b}});
+                              std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias,
+                              double alpha, double beta) {
+  refuse_grad("persistent_gemm.scaled_mm",
+              {{"a", &a}, {"b", &b}, {"scale_a", &scale_a}, {"scale_b", &scale_b}, {"bias", &or_none(bias)}});
   at::AutoDispatchBelowADInplaceOrView below;
   using Sig = at::Tensor(at::Tensor const&, at::Tensor const&, at::Tensor const&, at::Tensor const&,
-                         std::optional<at::ScalarType>, bool, std::optional<c10::string_view>);
+                         std::optional<at::ScalarType>, bool, std::optional<c10::string_view>,
+                         std::optional<at::Tensor> const&, double, double);
   static auto const op = c10::Dispatcher::singleton().findSchemaOrThrow("persistent_gemm::scaled_mm", "").typed<Sig>();
-  return op.call(a, b, scale_a, scale_b, out_dtype, use_fast_accum, config);
+  return op.call(a, b, scale_a, scale_b, out_dtype, use_fast_accum, config, bias, alpha, beta);
 }
 
 using MxSig = at::Tensor(at::Tensor const&, at::Tensor const&, at::Tensor const&, at::Tensor const&,
                          std::optional<at::ScalarType>, c10::string_view, std::optional<c10::string_view>,
-                         std::optional<c10::string_view>);
+                         std::optional<c10::string_view>, std::optional<at::Tensor> const&);
 
 template <char const* Name, char const* Schema>
 at::Tensor mx_autograd(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b, at::Tensor const& b_scale,
                        std::optional<at::ScalarType> out_dtype, c10::string_view scale_layout,
-                       std::optional<c10::string_view> config, std::optional<c10::string_view> b_scale_layout) {
-  refuse_grad(Name, {{"a", &a}, {"a_scale", &a_scale}, {"b", &b}, {"b_scale", &b_scale}});
+                       std::optional<c10::string_view> config, std::optional<c10::string_view> b_scale_layout,
+                       std::optional<at::Tensor> const& bias) {
+  refuse_grad(Name, {{"a", &a}, {"a_scale", &a_scale}, {"b", &b}, {"b_scale", &b_scale}, {"bias", &or_none(bias)}});
   at::AutoDispatchBelowADInplaceOrView below;
   static auto const op = c10::Dispatcher::singleton().findSchemaOrThrow(Schema, "").typed<MxSig>();  // per op
-  return op.call(a, a_scale, b, b_scale, out_dtype, scale_layout, config, b_scale_layout);
+  return op.call(a, a_scale, b, b_scale, out_dtype, scale_layout, config, b_scale_layout, bias);
 }
 constexpr char kMxfp8Name[] = "persistent_gemm.mxfp8_mm";
 constexpr char kMxfp8Schema[] = "persistent_gemm::mxfp8_mm";
@@ -197,22 +227,29 @@ constexpr char kFp8Fp4Schema[] = "persistent_gemm::fp8_fp4_mm";
 }  // namespace
 
 TORCH_LIBRARY(persistent_gemm, m) {
-  m.def("mm(Tensor a, Tensor b, ScalarType? out_dtype=None, str? config=None) -> Tensor");
+  // The epilogue (every op): D = alpha * (A @ B, scaled) + beta * bias, bias (N,) of out_dtype,
+  // fused into the kernel's epilogue on SM90 (one rounding). addmm is mm with a bias.
+  m.def(
+      "mm(Tensor a, Tensor b, ScalarType? out_dtype=None, str? config=None, Tensor? bias=None, float alpha=1., "
+      "float beta=1.) -> Tensor");
   // use_fast_accum: torch._scaled_mm's meaning and default. False: FP8 partial sums are promoted
   // to fp32 every K-tile; True: kernels that accumulate in the tensor core for the whole K loop
   // may be chosen (faster, error growing with K).
   m.def(
       "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, ScalarType? out_dtype=None, "
-      "bool use_fast_accum=False, str? config=None) -> Tensor");
+      "bool use_fast_accum=False, str? config=None, Tensor? bias=None, float alpha=1., float beta=1.) -> Tensor");
   // scale_layout: 'plain' (rows, ceil(K/32)) or 'blocked' (128x4 tiles); stated, never guessed.
   // b_scale_layout (None: scale_layout) lets a prepared weight's blocked scales meet per-call
   // plain activation scales.
   m.def(
       "mxfp8_mm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType? out_dtype=None, "
-      "str scale_layout='plain', str? config=None, str? b_scale_layout=None) -> Tensor");
+      "str scale_layout='plain', str? config=None, str? b_scale_layout=None, Tensor? bias=None) -> Tensor");
   m.def(
       "fp8_fp4_mm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType? out_dtype=None, "
-      "str scale_layout='plain', str? config=None, str? b_scale_layout=None) -> Tensor");
+      "str scale_layout='plain', str? config=None, str? b_scale_layout=None, Tensor? bias=None) -> Tensor");
+  // The GPU kernel of persistent_gemm.quantize_mxfp8 (quant.py, which defines it and runs it on
+  // the CPU): (rows, K) float -> e4m3 data and plain (rows, ceil(K/32)) e8m0 scales.
+  m.def("quantize_mxfp8(Tensor x, str rule='floor') -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(persistent_gemm, CPU, m) {

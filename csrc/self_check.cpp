@@ -105,7 +105,7 @@ Outcome run_check(KernelEntry const& e, int device) {
     if (!e.a_k_major) a = a.t().contiguous().t();
     if (!e.b_k_major) b = b.contiguous();
     else b = b.t().contiguous().t();
-    got = mm_cuda(a.to(dev.device()), b.to(dev.device()), out, config);
+    got = mm_cuda(a.to(dev.device()), b.to(dev.device()), out, config, std::nullopt, 1.0, 1.0);
     ref = mm_cpu(a, b, out, std::nullopt);
   } else if (e.scale_mode == ScaleMode::Tensorwise || e.scale_mode == ScaleMode::Rowwise) {
     auto a = randn(s.m, s.k).to(at::kFloat8_e4m3fn);
@@ -115,7 +115,7 @@ Outcome run_check(KernelEntry const& e, int device) {
     auto sb = (at::rand({1, row ? s.n : 1}, gen, cpu.dtype(at::kFloat)) + 0.5);
     if (!row) sa = sa.reshape({}), sb = sb.reshape({});
     got = scaled_mm_cuda(a.to(dev.device()), b.to(dev.device()), sa.to(dev.device()), sb.to(dev.device()), out,
-                         e.fast_accum, config);
+                         e.fast_accum, config, std::nullopt, 1.0, 1.0);
     ref = scaled_mm_cpu(a, b, sa, sb, out, e.fast_accum, std::nullopt);
   } else {
     auto a = randn(s.m, s.k).mul(4).to(at::kFloat8_e4m3fn);
@@ -129,8 +129,8 @@ Outcome run_check(KernelEntry const& e, int device) {
     auto const run = e.b_dtype == DType::E2M1 ? &fp8_fp4_mm_cuda : &mxfp8_mm_cuda;
     auto const reference = e.b_dtype == DType::E2M1 ? &fp8_fp4_mm_cpu : &mxfp8_mm_cpu;
     got = run(a.to(dev.device()), as.to(dev.device()), b.to(dev.device()), bs.to(dev.device()), out, "plain", config,
-              std::nullopt);
-    ref = reference(a, as, b, bs, out, "plain", std::nullopt, std::nullopt);
+              std::nullopt, std::nullopt);
+    ref = reference(a, as, b, bs, out, "plain", std::nullopt, std::nullopt, std::nullopt);
   }
   got = got.to(at::kCPU).to(at::kDouble);
   if (env_is("PGEMM_SELF_CHECK_INJECT_FAULT", "1")) got.index_put_({s.m - 1, s.n - 1}, got.index({s.m - 1, s.n - 1}) + 1e3);

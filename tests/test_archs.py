@@ -47,10 +47,28 @@ def test_codegen_writes_the_table_into_each_kernel_module(tmp_path):
         kt = (tmp_path / a.name / "kernel_table.cpp").read_text()
         assert f'"{a.name}", {a.sm[0]}, {a.sm[1]}' in kt
         assert f"{a.sm_count}, {str(a.validated_on_hardware).lower()}}};" in kt
+        assert "&gen::quantize_mxfp8" in kt
+        if "KernelStyle::" in kt.split("kEntries[] = {", 1)[1].split("{nullptr", 1)[0]:  # a built entry
+            assert f"{str(a.fused_bias).lower()},\n     {{" in kt
         assert f"{float(a.cost.dram_bytes_per_us)!r}" in kt and a.cost.source in kt
     ct = (tmp_path / "catalogue_table.cpp").read_text()
     for a in archs.ARCHS.values():
         assert f'{{"{a.name}", "{a.torch_arch}", {a.sm[0]}, {a.sm[1]}}}' in ct
+
+
+def test_fused_bias_is_an_arch_property():
+    # SM90 fuses the bias into its epilogues; SM100's kernels (compiled, not run) leave it to the
+    # dispatcher, and their builders refuse a bias outright (can_implement).
+    assert archs.ARCHS["sm90a"].fused_bias and not archs.ARCHS["sm100a"].fused_bias
+    for path in ("sm100_gemm_builder.hpp", "sm100_mx_gemm_builder.hpp"):
+        text = (Path(__file__).resolve().parents[1] / "include/persistent_gemm/kernel" / path).read_text()
+        assert "bias != nullptr || " in text, path
+
+
+@pytest.mark.skipif(not pg.extension_available(), reason="extension not built")
+def test_built_kernels_say_whether_they_fuse_the_bias():
+    for e in pg._C.built_kernels():
+        assert e["fused_bias"] == archs.ARCHS[e["arch"]].fused_bias, e["config"]
 
 
 @pytest.mark.skipif(not pg.extension_available(), reason="extension not built")

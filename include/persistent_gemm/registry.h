@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 7;
+constexpr int kRegistryAbiVersion = 8;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -47,6 +47,12 @@ struct GemmArgs {
   // the launch (the kernel zeroes what must start zeroed, on the launch stream).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // Epilogue: D = alpha * scale * (A @ B) + beta * bias[n], in fp32, rounded once. bias has N
+  // elements of D's type (nullptr: none) and indexes D's columns (a swap-AB kernel's rows).
+  // Only kernels whose entry says fused_bias read these; the dispatcher never hands the others
+  // a bias or alpha != 1.
+  const void* bias = nullptr;
+  float alpha = 1.0f, beta = 1.0f;
 };
 
 // One plain -> blocked scale conversion (KernelTable::scale_to_blocked).
@@ -54,6 +60,20 @@ struct ScaleRelayout {
   const uint8_t* src = nullptr;
   int64_t rows = 0, blocks = 0, ld = 0;
   uint8_t* dst = nullptr;  // (ceil(rows/128) * ceil(blocks/4)) atoms of 512 bytes
+};
+
+// One MXFP8 quantization (KernelTable::quantize_mxfp8): x (rows, K), row stride ldx elements,
+// of x_dtype (BF16, FP16 or FP32) -> e4m3 data (rows, K), row stride ldd bytes, and e8m0 codes
+// (rows, ceil(K/32)), row stride ld_scale bytes. quant.py's quantize_mxfp8, bit for bit.
+struct QuantizeJob {
+  const void* x = nullptr;
+  DType x_dtype = DType::BF16;
+  int64_t rows = 0, k = 0, ldx = 0;
+  uint8_t* data = nullptr;
+  int64_t ldd = 0;
+  uint8_t* scale = nullptr;
+  int64_t ld_scale = 0;
+  bool rceil = false;  // the shared-exponent rule: false OCP floor, true round-up
 };
 
 // The kernel style of a config (catalogue.py's `kernel`).
@@ -83,6 +103,9 @@ struct KernelEntry {
   // activations; D is written transposed. The MX decode and FP8 x FP4 kernels (geometry then
   // describes the kernel's own M' = N, N' = M tiles).
   bool swap_ab;
+  // The epilogue applies GemmArgs::bias / alpha / beta (SM90). Otherwise the dispatcher applies
+  // them after the kernel, unfused.
+  bool fused_bias;
   KernelGeometry geometry;
   // Returns cudaSuccess or the launch error; never throws across the module boundary.
   cudaError_t (*run)(GemmArgs const& args, cudaStream_t stream);
@@ -108,6 +131,7 @@ struct KernelTable {
   // Plain (rows, blocks) e8m0 scales, row stride ld bytes -> the blocked layout (128 x 4 atoms,
   // padded rows/blocks = 0x7F, i.e. 1.0), one launch on `stream` for up to two scale tensors.
   cudaError_t (*scale_to_blocked)(ScaleRelayout const* jobs, int count, cudaStream_t stream);
+  cudaError_t (*quantize_mxfp8)(QuantizeJob const& job, cudaStream_t stream);
   ArchCost cost;
   int32_t reference_sm_count;  // multiprocessors of the part the constants describe
   // false: the project compiled these kernels but never ran them on such a GPU; the dispatcher

@@ -46,7 +46,7 @@ else:
             continue
         _C.register_arch(_mod.arch_export())
     from . import _ops  # noqa: E402  fake kernels + autograd (needs the schemas)
-    from ._ops import fp8_fp4_mm, mm, mxfp8_mm, scaled_mm  # noqa: E402,F401
+    from ._ops import addmm, fp8_fp4_mm, mm, mxfp8_mm, scaled_mm  # noqa: E402,F401
     from . import nn  # noqa: E402,F401  Linear layers and quantize_ (need the ops)
 
 
@@ -128,7 +128,7 @@ _load_tuning_cache()
 
 
 def __getattr__(name: str):
-    if name in ("mm", "scaled_mm", "mxfp8_mm", "fp8_fp4_mm", "nn"):
+    if name in ("mm", "addmm", "scaled_mm", "mxfp8_mm", "fp8_fp4_mm", "nn"):
         require_extension()
     raise AttributeError(f"module 'persistent_gemm' has no attribute {name!r}")
 
@@ -141,6 +141,7 @@ __all__ = [
     "ScheduleGrid",
     "TileSchedule",
     "mm",
+    "addmm",
     "scaled_mm",
     "mxfp8_mm",
     "fp8_fp4_mm",

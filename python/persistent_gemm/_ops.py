@@ -58,34 +58,53 @@ def _check_b_scale(s, rows, k, scale_layout, b_scale_layout) -> None:
         _check_scale("b_scale", s, rows, k, b_scale_layout, "b_scale_layout")
 
 
+def _check_bias(bias: Optional[torch.Tensor], n, out_dtype: torch.dtype) -> None:
+    if bias is None:
+        return
+    torch._check(bias.dim() == 1 and bias.shape[0] == n,
+                 lambda: f"bias must be a 1-D tensor of N = {n} elements, got shape {tuple(bias.shape)}")
+    torch._check(bias.dtype == out_dtype, lambda: f"bias must have the output's dtype {out_dtype}, got {bias.dtype}")
+
+
+def _result(a: torch.Tensor, n, out_dtype: torch.dtype, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    _check_bias(bias, n, out_dtype)
+    return a.new_empty((a.shape[0], n), dtype=out_dtype)
+
+
 @torch.library.register_fake(f"{_LIB}::mm")
-def _mm_fake(a, b, out_dtype=None, config=None):
+def _mm_fake(a, b, out_dtype=None, config=None, bias=None, alpha=1.0, beta=1.0):
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype in (torch.bfloat16, torch.float16), lambda: f"a must be bfloat16 or float16, got {a.dtype}")
     torch._check(b.dtype == a.dtype, lambda: f"b must have a's dtype {a.dtype}, got {b.dtype}")
     _check_k(a, b.shape[0])
-    return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, a.dtype))
+    return _result(a, b.shape[1], _out(out_dtype, a.dtype), bias)
 
 
 @torch.library.register_vmap(f"{_LIB}::mm")
-def _mm_vmap(info, in_dims, a, b, out_dtype=None, config=None):
-    """torch.vmap(mm): a batch of activations against one weight is one GEMM over the stacked
-    rows (B*M, K) @ (K, N); batched weights run one GEMM per batch element. Either way no
-    per-example fallback warning."""
+def _mm_vmap(info, in_dims, a, b, out_dtype=None, config=None, bias=None, alpha=1.0, beta=1.0):
+    """torch.vmap(mm): a batch of activations against one weight (and one bias) is one GEMM
+    over the stacked rows (B*M, K) @ (K, N); batched weights or biases run one GEMM per batch
+    element. Either way no per-example fallback warning."""
     a_dim, b_dim = in_dims[0], in_dims[1]
+    bias_dim = in_dims[4] if len(in_dims) > 4 else None  # in_dims covers the arguments given
     mm_ = torch.ops.persistent_gemm.mm.default
-    if b_dim is None:
+    if b_dim is None and bias_dim is None:
         a = a.movedim(a_dim, 0)
         batch, m, k = a.shape
-        return mm_(a.reshape(batch * m, k), b, out_dtype, config).reshape(batch, m, -1), 0
-    b = b.movedim(b_dim, 0)
-    a = a.movedim(a_dim, 0) if a_dim is not None else a.expand(b.shape[0], *a.shape)
-    return torch.stack([mm_(a[i], b[i], out_dtype, config) for i in range(b.shape[0])]), 0
+        return mm_(a.reshape(batch * m, k), b, out_dtype, config, bias, alpha, beta).reshape(batch, m, -1), 0
+    size = info.batch_size
+    a = a.movedim(a_dim, 0) if a_dim is not None else a.expand(size, *a.shape)
+    b = b.movedim(b_dim, 0) if b_dim is not None else b.expand(size, *b.shape)
+    if bias is not None:
+        bias = bias.movedim(bias_dim, 0) if bias_dim is not None else bias.expand(size, *bias.shape)
+    return torch.stack([mm_(a[i], b[i], out_dtype, config, None if bias is None else bias[i], alpha, beta)
+                        for i in range(size)]), 0
 
 
 @torch.library.register_fake(f"{_LIB}::scaled_mm")
-def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype=None, use_fast_accum=False, config=None):
+def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype=None, use_fast_accum=False, config=None, bias=None,
+                    alpha=1.0, beta=1.0):
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype == torch.float8_e4m3fn and b.dtype == torch.float8_e4m3fn,
@@ -93,11 +112,12 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype=None, use_fast_accum=False
     torch._check(scale_a.dtype == torch.float32 and scale_b.dtype == torch.float32,
                  lambda: "scale_a and scale_b must be float32")
     _check_k(a, b.shape[0])
-    return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, torch.bfloat16))
+    return _result(a, b.shape[1], _out(out_dtype, torch.bfloat16), bias)
 
 
 @torch.library.register_fake(f"{_LIB}::mxfp8_mm")
-def _mxfp8_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain", config=None, b_scale_layout=None):
+def _mxfp8_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain", config=None, b_scale_layout=None,
+                   bias=None):
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype == torch.float8_e4m3fn and b.dtype == torch.float8_e4m3fn,
@@ -105,12 +125,12 @@ def _mxfp8_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain",
     _check_k(a, b.shape[0])
     _check_scale("a_scale", a_scale, a.shape[0], a.shape[1], scale_layout)
     _check_b_scale(b_scale, b.shape[1], a.shape[1], scale_layout, b_scale_layout)
-    return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, torch.bfloat16))
+    return _result(a, b.shape[1], _out(out_dtype, torch.bfloat16), bias)
 
 
 @torch.library.register_fake(f"{_LIB}::fp8_fp4_mm")
 def _fp8_fp4_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain", config=None,
-                     b_scale_layout=None):
+                     b_scale_layout=None, bias=None):
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype == torch.float8_e4m3fn, lambda: f"a must be float8_e4m3fn, got {a.dtype}")
@@ -119,7 +139,17 @@ def _fp8_fp4_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain
     _check_k(a, b.shape[0] * 2)
     _check_scale("a_scale", a_scale, a.shape[0], a.shape[1], scale_layout)
     _check_b_scale(b_scale, b.shape[1], a.shape[1], scale_layout, b_scale_layout)
-    return a.new_empty((a.shape[0], b.shape[1]), dtype=_out(out_dtype, torch.bfloat16))
+    return _result(a, b.shape[1], _out(out_dtype, torch.bfloat16), bias)
+
+
+@torch.library.register_fake(f"{_LIB}::quantize_mxfp8")
+def _quantize_mxfp8_fake(x, rule="floor"):
+    _check_2d("x", x)
+    torch._check(x.dtype in (torch.bfloat16, torch.float16, torch.float32),
+                 lambda: f"x must be bfloat16, float16 or float32, got {x.dtype}")
+    rows, k = x.shape
+    return (x.new_empty((rows, k), dtype=torch.float8_e4m3fn),
+            x.new_empty((rows, (k + _MX_BLOCK - 1) // _MX_BLOCK), dtype=torch.float8_e8m0fnu))
 
 
 # -- typed wrappers ----------------------------------------------------------------------------
@@ -139,7 +169,8 @@ def _config(config: ConfigArg, op: str, family: str, device: torch.device) -> Op
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = None,
-       config: ConfigArg = None) -> torch.Tensor:
+       config: ConfigArg = None, bias: Optional[torch.Tensor] = None, alpha: float = 1.0,
+       beta: float = 1.0) -> torch.Tensor:
     """``a @ b`` for bf16/fp16 ``a`` (M, K) and ``b`` (K, N), fp32 accumulation.
 
     Row- and column-major operands run without copies; any other strides (stride-0 broadcast
@@ -147,22 +178,43 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = N
     ``out_dtype`` defaults to the input dtype (bf16, fp16 or fp32 allowed). ``config`` forces a
     kernel: a canonical name or a :class:`KernelConfig`, in the build or not (a valid spec that
     is not built is compiled once at first use and cached; see :mod:`persistent_gemm.jit`).
-    Semantics (the CPU reference): ``(a.float() @ b.float()).to(out_dtype)``.
-    Differentiable: the backward is two ``mm`` calls.
+    Semantics (the CPU reference): ``(alpha * (a.float() @ b.float()) + beta * bias.float()).to(out_dtype)``:
+    ``bias`` (N,) has the output's dtype and is added in the kernel's epilogue in fp32, one
+    rounding (on SM90; SM100 kernels add it after, unfused). ``beta == 0`` ignores the bias.
+    Differentiable in ``a``, ``b`` and ``bias``: the backward is two ``mm`` calls and a sum.
     """
     return torch.ops.persistent_gemm.mm.default(
-        a, b, out_dtype, _config(config, "mm", "fp16" if a.dtype == torch.float16 else "bf16", a.device))
+        a, b, out_dtype, _config(config, "mm", "fp16" if a.dtype == torch.float16 else "bf16", a.device),
+        bias, float(alpha), float(beta))
+
+
+def addmm(input: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float = 1.0, alpha: float = 1.0,
+          out_dtype: Optional[torch.dtype] = None, config: ConfigArg = None) -> torch.Tensor:
+    """``beta * input + alpha * (a @ b)``, like ``torch.addmm``, through :func:`mm`.
+
+    A row bias ``input`` of shape (N,) or (1, N) is fused into the epilogue. Any other shape
+    broadcastable to (M, N) -- a full (M, N) matrix, a column (M, 1), a scalar -- is added
+    after the GEMM by torch (unfused, a second rounding for 16-bit outputs).
+    """
+    out = a.dtype if out_dtype is None else out_dtype
+    n = b.shape[-1] if b.dim() == 2 else None
+    if input.dim() in (1, 2) and input.shape[-1] == n and (input.dim() == 1 or input.shape[0] == 1):
+        return mm(a, b, out_dtype=out_dtype, config=config, bias=input.reshape(-1).to(out), alpha=alpha, beta=beta)
+    y = mm(a, b, out_dtype=torch.float32, config=config, alpha=alpha)
+    return (y + input.float() * beta if beta != 0 else y).to(out)
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
               out_dtype: Optional[torch.dtype] = None, use_fast_accum: bool = False,
-              config: ConfigArg = None) -> torch.Tensor:
+              config: ConfigArg = None, bias: Optional[torch.Tensor] = None, alpha: float = 1.0,
+              beta: float = 1.0) -> torch.Tensor:
     """FP8 ``a @ b`` with fp32 scales, like ``torch._scaled_mm``.
 
     ``a`` (M, K) e4m3 row-major, ``b`` (K, N) e4m3 column-major. Scales are fp32, either both
     tensorwise (one element each) or rowwise (``scale_a`` (M, 1), ``scale_b`` (1, N)).
-    Semantics: ``(scale_a * scale_b * (a.float() @ b.float())).to(out_dtype)``, scales applied
-    to the fp32 accumulator; ``out_dtype`` defaults to bf16.
+    Semantics: ``(alpha * scale_a * scale_b * (a.float() @ b.float()) + beta * bias).to(out_dtype)``,
+    scales applied to the fp32 accumulator; ``out_dtype`` defaults to bf16; ``bias`` (N,) of
+    the output's dtype, fused in the epilogue as for :func:`mm` (``torch._scaled_mm``'s bias).
 
     ``use_fast_accum`` has ``torch._scaled_mm``'s meaning and default. ``False`` runs kernels
     that promote the FP8 partial sums into an fp32 accumulator every K-tile (128 K-elements),
@@ -172,7 +224,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     says which one runs). A forced ``config`` ending in ``_fastacc`` needs ``use_fast_accum=True``.
     """
     return torch.ops.persistent_gemm.scaled_mm.default(a, b, scale_a, scale_b, out_dtype, use_fast_accum,
-                                                       _config(config, "scaled_mm", "e4m3", a.device))
+                                                       _config(config, "scaled_mm", "e4m3", a.device),
+                                                       bias, float(alpha), float(beta))
 
 
 def _weight_args(b, b_scale, b_scale_layout, fmt: str):
@@ -192,8 +245,9 @@ def _weight_args(b, b_scale, b_scale_layout, fmt: str):
 
 def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.Tensor] = None, *,
              out_dtype: Optional[torch.dtype] = None, scale_layout: str = "plain",
-             config: ConfigArg = None, b_scale_layout: Optional[str] = None) -> torch.Tensor:
-    """MXFP8 block-scaled ``a @ b``.
+             config: ConfigArg = None, b_scale_layout: Optional[str] = None,
+             bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """MXFP8 block-scaled ``a @ b`` (``+ bias``, (N,) of the output's dtype, fused on SM90).
 
     ``a`` (M, K) e4m3 row-major with ``a_scale`` (M, ceil(K/32)) e8m0; ``b`` (K, N) e4m3
     column-major with ``b_scale`` (N, ceil(K/32)) e8m0. Each scale covers 32 consecutive K
@@ -214,13 +268,14 @@ def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.
     b, b_scale, b_scale_layout = _weight_args(b, b_scale, b_scale_layout, "mxfp8")
     return torch.ops.persistent_gemm.mxfp8_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout,
                                                       _config(config, "mxfp8_mm", "mxfp8", a.device),
-                                                      b_scale_layout)
+                                                      b_scale_layout, bias)
 
 
 def fp8_fp4_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.Tensor] = None, *,
                out_dtype: Optional[torch.dtype] = None, scale_layout: str = "plain",
-               config: ConfigArg = None, b_scale_layout: Optional[str] = None) -> torch.Tensor:
-    """e4m3 activations times block-scaled e2m1 weights.
+               config: ConfigArg = None, b_scale_layout: Optional[str] = None,
+               bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """e4m3 activations times block-scaled e2m1 weights (``+ bias``, as for :func:`mxfp8_mm`).
 
     ``a`` (M, K) e4m3 row-major with ``a_scale`` (M, K/32) e8m0; ``b`` (K/2, N)
     ``float4_e2m1fn_x2`` column-major -- the transpose of weights stored (N, K/2), two e2m1
@@ -235,4 +290,4 @@ def fp8_fp4_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torc
     b, b_scale, b_scale_layout = _weight_args(b, b_scale, b_scale_layout, "fp4")
     return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout,
                                                         _config(config, "fp8_fp4_mm", "e4m3xe2m1", a.device),
-                                                        b_scale_layout)
+                                                        b_scale_layout, bias)

@@ -52,6 +52,9 @@ class ArchSpec:
     sm_count: int                   # multiprocessors of the reference part (explain's default)
     part: str                       # the reference part the constants describe
     cost: CostModel
+    #: The epilogue adds the ops' bias and alpha / beta in-kernel (KernelEntry::fused_bias); else
+    #: the dispatcher applies them after the kernel, rounding twice.
+    fused_bias: bool
     #: False: this project has compiled the kernels but never run them on such a GPU. The
     #: dispatcher then self-checks each kernel on its first use in a process (csrc/self_check.cpp).
     validated_on_hardware: bool
@@ -80,11 +83,11 @@ ARCHS: dict[str, ArchSpec] = {a.name: a for a in (
     ArchSpec(name="sm90a", sm=(9, 0), torch_arch="9.0a", gencode="-gencode=arch=compute_90a,code=sm_90a",
              min_nvcc=(12, 0), styles=("cooperative", "pingpong"), default_style="cooperative",
              builder_header="sm90_gemm_builder", sm_count=132, part="H200", cost=_H200,
-             validated_on_hardware=True),
+             fused_bias=True, validated_on_hardware=True),
     ArchSpec(name="sm100a", sm=(10, 0), torch_arch="10.0a", gencode="-gencode=arch=compute_100a,code=sm_100a",
              min_nvcc=(12, 8), styles=("1sm", "2sm"), default_style="1sm",
              builder_header="sm100_gemm_builder", sm_count=148, part="B200", cost=_B200,
-             validated_on_hardware=False),
+             fused_bias=False, validated_on_hardware=False),
 )}
 
 ARCH_NAMES: tuple[str, ...] = tuple(ARCHS)

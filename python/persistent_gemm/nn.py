@@ -18,8 +18,8 @@ fp8_fp4    e2m1 + e8m0 per 1x32, blocked scales ``quantize_mxfp8`` (``fp8_fp4_mm
 ========== ==================================== ============================================
 
 Inputs may have any leading dims (``(..., in_features)``). The output has the input's dtype
-when that is float32, else the compute dtype (bf16). The bias is added after the GEMM, by torch
-(not fused into the epilogue yet). The quantized formats are for inference: an input that
+when that is float32, else the compute dtype (bf16). The bias goes to the op, which adds it in
+the kernel's epilogue (SM90; one rounding). The quantized formats are for inference: an input that
 requires grad is refused by the op with a message saying so. Train with ``"bf16"``, whose
 backward runs through ``mm`` too.
 """
@@ -131,22 +131,20 @@ class Linear(torch.nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         q, ops = self.qconfig, torch.ops.persistent_gemm
+        compute = self.weight.dtype if q.format == "bf16" else torch.bfloat16
+        out_dtype = self._out_dtype(x, compute)
+        bias = None if self.bias is None else self.bias.to(out_dtype)  # the op takes D's dtype
         if q.format == "bf16":
-            w = self.weight
-            out_dtype = self._out_dtype(x, w.dtype)
-            y = ops.mm.default(x2.to(w.dtype), w.t(), out_dtype, q.config)
+            y = ops.mm.default(x2.to(compute), self.weight.t(), out_dtype, q.config, bias)
         elif q.format == "fp8_rowwise":
             xq, xs = _rowwise_e4m3(x2)
-            out_dtype = self._out_dtype(x, torch.bfloat16)
             y = ops.scaled_mm.default(xq, self.weight_q.t(), xs, self.weight_scale, out_dtype,
-                                      q.use_fast_accum, q.config)
+                                      q.use_fast_accum, q.config, bias)
         else:
             xq, xs = quantize_mxfp8(x2, rule=q.rule)
-            out_dtype = self._out_dtype(x, torch.bfloat16)
             op = ops.mxfp8_mm if q.format == "mxfp8" else ops.fp8_fp4_mm
-            y = op.default(xq, xs, self.weight_q.t(), self.weight_scale, out_dtype, "plain", q.config, "blocked")
-        if self.bias is not None:
-            y = y + self.bias.to(y.dtype)
+            y = op.default(xq, xs, self.weight_q.t(), self.weight_scale, out_dtype, "plain", q.config, "blocked",
+                           bias)
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:

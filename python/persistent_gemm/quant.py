@@ -52,6 +52,7 @@ __all__ = [
     "E2M1_VALUES",
     "RULES",
     "quantize_mxfp8",
+    "quantize_mxfp8_reference",
     "quantize_mxfp4",
     "dequantize_mxfp8",
     "dequantize_mxfp4",
@@ -225,6 +226,9 @@ def quantize_mxfp8(x: torch.Tensor, block: int = MX_BLOCK, *, rule: str = "floor
         The shared-exponent rule (module docstring): OCP's floor, or round-up (torchao's
         default), which never saturates.
 
+    A bf16 / fp16 / fp32 CUDA tensor is quantized by one kernel of the extension, bit for bit
+    :func:`quantize_mxfp8_reference` (the torch-ops definition, which every other input takes).
+
     Returns
     -------
     data : Tensor
@@ -248,6 +252,36 @@ def quantize_mxfp8(x: torch.Tensor, block: int = MX_BLOCK, *, rule: str = "floor
     >>> scale.view(torch.uint8).tolist(), data.float().tolist()
     ([[132]], [[448.0, 0.03125]])
     """
+    native = _native_quantizer(x, block, rule)
+    if native is not None:
+        return native(x, rule)
+    return quantize_mxfp8_reference(x, block, rule=rule)
+
+
+#: Input dtypes the extension's CUDA quantizer reads (others take the torch path).
+_NATIVE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _native_quantizer(x, block, rule):
+    """The extension's CUDA kernel for a valid CUDA ``x`` (``torch.ops.persistent_gemm
+    .quantize_mxfp8``, bitwise equal to :func:`quantize_mxfp8_reference`), else None: CPU
+    tensors, other dtypes, or no extension. Arguments are checked here first, so both paths
+    raise the same errors."""
+    if not isinstance(x, torch.Tensor) or x.device.type != "cuda" or x.dtype not in _NATIVE_DTYPES:
+        return None
+    _check_quant_block(block)
+    _check_rule(rule)
+    _check_2d(x, "x")
+    try:
+        return torch.ops.persistent_gemm.quantize_mxfp8.default
+    except (AttributeError, RuntimeError):  # the extension (or this op) is not built
+        return None
+
+
+def quantize_mxfp8_reference(x: torch.Tensor, block: int = MX_BLOCK, *,
+                             rule: str = "floor") -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`quantize_mxfp8` in plain torch ops on any device: the definition the CUDA kernel
+    is tested against, and the path for CPU tensors (under torch.compile, inductor fuses it)."""
     scaled, code = _scaled_blocks(x, block, E4M3_EMAX, rule, E4M3_MAX)
     # MX saturates; clamp rather than rely on the cast's out-of-range behaviour, which
     # has differed across torch releases and backends (NaN instead of 448).

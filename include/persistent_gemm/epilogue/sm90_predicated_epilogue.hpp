@@ -22,6 +22,9 @@
 
 namespace persistent_gemm::epilogue {
 
+// D = alpha * scale * acc + beta * bias[n] in fp32, rounded once (bias: N elements of
+// ElementD, nullptr for none; the dispatcher drops it when beta == 0, as addmm ignores the input).
+//
 // TransposeD: the kernel computes D^T (swap-AB: the weight is the MMA's A operand), so its
 // element (m, n) is D's (n, m). Scales are indexed in the kernel's orientation (the dispatcher
 // hands the weight's rowwise scale in as scale_a). Block32 (MX) scales were applied in the
@@ -34,7 +37,7 @@ class Sm90PredicatedEpilogue {
 
  public:
   using ElementD = ElementD_;
-  using ElementC = void;  // no source operand: D = scale * (A @ B)
+  using ElementC = void;  // no source operand: D = alpha * scale * (A @ B) + beta * bias
   using ElementOutput = ElementD;
   using ElementAccumulator = float;
   using ElementCompute = float;
@@ -50,6 +53,8 @@ class Sm90PredicatedEpilogue {
     int64_t ldd = 0;
     float const* scale_a = nullptr;  // Tensorwise: [0]; Rowwise: [m]
     float const* scale_b = nullptr;  // Tensorwise: [0]; Rowwise: [n]
+    ElementD const* bias = nullptr;  // [n] of D (the kernel's [m] when TransposeD)
+    float alpha = 1.0f, beta = 1.0f;
   };
 
   struct Params {
@@ -57,6 +62,8 @@ class Sm90PredicatedEpilogue {
     int64_t ldd = 0;
     float const* scale_a = nullptr;
     float const* scale_b = nullptr;
+    ElementD const* bias = nullptr;
+    float alpha = 1.0f, beta = 1.0f;
     // Adjacent accumulator columns may be written as one 2-element store only when every row
     // start keeps that alignment; decided once on the host.
     bool paired_stores = false;
@@ -67,7 +74,7 @@ class Sm90PredicatedEpilogue {
     constexpr int64_t pair_bytes = 2 * int64_t(sizeof(ElementD));
     bool const paired = !TransposeD && (args.ldd % 2 == 0) &&
                         (reinterpret_cast<uintptr_t>(args.ptr_D) % pair_bytes == 0);
-    return {args.ptr_D, args.ldd, args.scale_a, args.scale_b, paired};
+    return {args.ptr_D, args.ldd, args.scale_a, args.scale_b, args.bias, args.alpha, args.beta, paired};
   }
 
   template <class ProblemShape>
@@ -115,17 +122,27 @@ class Sm90PredicatedEpilogue {
     CUTE_STATIC_ASSERT_V(size(tCcD) == size(accumulators));
     static_assert(decltype(size(accumulators))::value % 2 == 0, "accumulator fragment must hold column pairs");
 
-    float tensor_scale = 1.0f;
-    if constexpr (Scale == ScaleMode::Tensorwise) tensor_scale = __ldg(params_.scale_a) * __ldg(params_.scale_b);
+    // alpha folds into the per-tile scalar: one multiply per element either way.
+    float tensor_scale = params_.alpha;
+    if constexpr (Scale == ScaleMode::Tensorwise) tensor_scale *= __ldg(params_.scale_a) * __ldg(params_.scale_b);
 
     // Row / column scale with the bound check folded in (never reads past M or N).
     auto row_scale = [&](int m) CUTLASS_LAMBDA_FUNC_INLINE {
-      if constexpr (Scale == ScaleMode::Rowwise) return m < M ? __ldg(params_.scale_a + m) : 0.0f;
+      if constexpr (Scale == ScaleMode::Rowwise) return m < M ? tensor_scale * __ldg(params_.scale_a + m) : 0.0f;
       else return tensor_scale;
     };
     auto col_scale = [&](int n) CUTLASS_LAMBDA_FUNC_INLINE {
       if constexpr (Scale == ScaleMode::Rowwise) return n < N ? __ldg(params_.scale_b + n) : 0.0f;
       else return 1.0f;
+    };
+
+    // The bias indexes D's columns: the kernel's n, or its m when it writes D transposed. A
+    // null bias is a uniform branch; its loads are per element, L1-resident across the tile.
+    ElementD const* const bias = params_.bias;
+    float const beta = params_.beta;
+    auto bias_at = [&](int m, int n) CUTLASS_LAMBDA_FUNC_INLINE {
+      int const j = TransposeD ? m : n;
+      return (bias != nullptr && j < (TransposeD ? M : N)) ? beta * float(bias[j]) : 0.0f;
     };
 
     cutlass::NumericConverter<ElementD, float, cutlass::FloatRoundStyle::round_to_nearest> convert;
@@ -144,8 +161,8 @@ class Sm90PredicatedEpilogue {
       auto const c1 = tCcD(i + 1);
       int const m0 = get<0>(c0), n0 = get<1>(c0);
       int const m1 = get<0>(c1), n1 = get<1>(c1);
-      float const v0 = float(accumulators(i)) * row_scale(m0) * col_scale(n0);
-      float const v1 = float(accumulators(i + 1)) * row_scale(m1) * col_scale(n1);
+      float const v0 = float(accumulators(i)) * row_scale(m0) * col_scale(n0) + bias_at(m0, n0);
+      float const v1 = float(accumulators(i + 1)) * row_scale(m1) * col_scale(n1) + bias_at(m1, n1);
       bool const adjacent = (m1 == m0) && (n1 == n0 + 1);
       if (adjacent && params_.paired_stores && m0 < M && n1 < N) {
         Pair p;

@@ -122,6 +122,8 @@ struct Sm100Gemm {
   // contiguous extent; then CUTLASS's own checks (K-major operands: K % 8 == 0, etc.).
   static bool can_implement(GemmArgs const& a) {
     if (a.scale_mode != ScaleMode::None || a.a_k_major != AKMajor || a.b_k_major != BKMajor) return false;
+    // No fused bias here (archs.py: fused_bias=False): the dispatcher applies bias and alpha after us.
+    if (a.bias != nullptr || a.alpha != 1.0f) return false;
     if (a.m < 1 || a.n < 1 || a.k < 1 || !a.a || !a.b || !a.d) return false;
     int64_t const a_contig = AKMajor ? a.k : a.m, b_contig = BKMajor ? a.k : a.n;
     if (a.lda < a_contig || a.ldb < b_contig || a.ldd < a.n) return false;

@@ -153,6 +153,8 @@ struct Sm100MxGemm {
   // CUTLASS's own checks.
   static bool can_implement(GemmArgs const& g) {
     if (g.scale_mode != ScaleMode::Block32 || !g.a_k_major || !g.b_k_major) return false;
+    // No fused bias here (archs.py: fused_bias=False): the dispatcher applies bias and alpha after us.
+    if (g.bias != nullptr || g.alpha != 1.0f) return false;
     if (!g.a || !g.b || !g.d || !g.scale_a || !g.scale_b) return false;
     if (!aligned16(g.a) || !aligned16(g.b) || !aligned16(g.d) || !aligned16(g.scale_a) || !aligned16(g.scale_b))
       return false;

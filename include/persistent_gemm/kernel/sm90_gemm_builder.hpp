@@ -74,53 +74,82 @@ using RowMajor = cutlass::layout::RowMajor;
 using ColumnMajor = cutlass::layout::ColumnMajor;
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
-// The scale as an epilogue visitor tree over the accumulator.
-template <class ElementD, ScaleMode Scale, class TileShape>
-struct TmaFusion;
+// The epilogue as a visitor tree over the accumulator:
+//   D = alpha * scale * acc + beta * bias[n]   (fp32, rounded once to ElementD)
+// The bias is a row broadcast of D's type whose null pointer reads as 0 (no loads), so one
+// kernel serves mm and addmm; alpha and beta are host scalars in the kernel parameters.
+namespace fusion = cutlass::epilogue::fusion;
 
 template <class ElementD, class TileShape>
-struct TmaFusion<ElementD, ScaleMode::None, TileShape> {
-  using type = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, kRound>,
-      cutlass::epilogue::fusion::Sm90AccFetch>;
-  static typename type::Arguments make(GemmArgs const&) { return {}; }
-};
-
-// scale_a[0] * scale_b[0] * acc: one scalar broadcast reducing two device pointers, read on
-// the device per tile, so no host synchronisation.
-template <class ElementD, class TileShape>
-struct TmaFusion<ElementD, ScaleMode::Tensorwise, TileShape> {
-  using Scalars = cutlass::epilogue::fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>, 2>;
-  using type = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, Scalars,
-      cutlass::epilogue::fusion::Sm90AccFetch>;
+struct BiasTerm {  // beta * bias[n]
+  using Bias = fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_0, cute::_1, int64_t>, 1>;
+  using Beta = fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>>;
+  using type = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, Beta, Bias>;
   static typename type::Arguments make(GemmArgs const& g) {
-    typename Scalars::Arguments s{};
-    s.scalar_ptrs[0] = static_cast<float const*>(g.scale_a);
-    s.scalar_ptrs[1] = static_cast<float const*>(g.scale_b);
-    return {s, {}, {}};
+    typename Beta::Arguments beta{};
+    beta.scalars[0] = g.beta;
+    typename Bias::Arguments bias{};
+    bias.ptr_row = static_cast<ElementD const*>(g.bias);
+    return {beta, bias, {}};
   }
 };
 
-// scale_a[m] * (scale_b[n] * acc). Column broadcast for a (one value per row m), row
-// broadcast for b. Alignment 1: the vectors have M and N entries, any M, N, all loads predicated.
+// scale * acc + beta * bias, where `Scaled` is the tree of scale * acc and `Factor` the node
+// it is multiplied by last.
+template <class ElementD, class TileShape, class Factor, class Scaled>
+using MulAddBias = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>,
+                                   Factor, Scaled, typename BiasTerm<ElementD, TileShape>::type>;
+using Scalars3 = fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>, 3>;
+
+template <class ElementD, ScaleMode Scale, class TileShape>
+struct TmaFusion;
+
+// alpha * acc + beta * bias.
+template <class ElementD, class TileShape>
+struct TmaFusion<ElementD, ScaleMode::None, TileShape> {
+  using Alpha = fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>>;
+  using type = MulAddBias<ElementD, TileShape, Alpha, fusion::Sm90AccFetch>;
+  static typename type::Arguments make(GemmArgs const& g) {
+    typename Alpha::Arguments alpha{};
+    alpha.scalars[0] = g.alpha;
+    return {alpha, {}, BiasTerm<ElementD, TileShape>::make(g), {}};
+  }
+};
+
+// (scale_a[0] * scale_b[0] * alpha) * acc + beta * bias: one scalar broadcast reducing two
+// device pointers and a host value, read on the device per tile, so no host synchronisation.
+template <class ElementD, class TileShape>
+struct TmaFusion<ElementD, ScaleMode::Tensorwise, TileShape> {
+  using type = MulAddBias<ElementD, TileShape, Scalars3, fusion::Sm90AccFetch>;
+  static typename type::Arguments make(GemmArgs const& g) {
+    typename Scalars3::Arguments s{};
+    s.scalar_ptrs[0] = static_cast<float const*>(g.scale_a);
+    s.scalar_ptrs[1] = static_cast<float const*>(g.scale_b);
+    s.scalars[2] = g.alpha;
+    return {s, {}, BiasTerm<ElementD, TileShape>::make(g), {}};
+  }
+};
+
+// scale_a[m] * (scale_b[n] * alpha * acc) + beta * bias. Column broadcast for a (one value per
+// row m), row broadcast for b. Alignment 1: the vectors have M and N entries, any M, N, all
+// loads predicated.
 template <class ElementD, class TileShape>
 struct TmaFusion<ElementD, ScaleMode::Rowwise, TileShape> {
-  using ColScale = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float,
-                                                               cute::Stride<cute::_1, cute::_0, int64_t>, 1>;
-  using RowScale = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float,
-                                                               cute::Stride<cute::_0, cute::_1, int64_t>, 1>;
-  using Inner = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, RowScale,
-      cutlass::epilogue::fusion::Sm90AccFetch>;
-  using type = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, ColScale, Inner>;
+  using ColScale = fusion::Sm90ColBroadcast<0, TileShape, float, float, cute::Stride<cute::_1, cute::_0, int64_t>, 1>;
+  using RowScale = fusion::Sm90RowBroadcast<0, TileShape, float, float, cute::Stride<cute::_0, cute::_1, int64_t>, 1>;
+  using Alpha = fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>>;
+  using AlphaAcc = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, Alpha,
+                                   fusion::Sm90AccFetch>;
+  using Inner = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, RowScale, AlphaAcc>;
+  using type = MulAddBias<ElementD, TileShape, ColScale, Inner>;
   static typename type::Arguments make(GemmArgs const& g) {
     typename ColScale::Arguments col{};
     col.ptr_col = static_cast<float const*>(g.scale_a);
     typename RowScale::Arguments row{};
     row.ptr_row = static_cast<float const*>(g.scale_b);
-    return {col, {row, {}, {}}, {}};
+    typename Alpha::Arguments alpha{};
+    alpha.scalars[0] = g.alpha;
+    return {col, {row, {alpha, {}, {}}, {}}, BiasTerm<ElementD, TileShape>::make(g), {}};
   }
 };
 
@@ -155,7 +184,7 @@ struct EpilogueSelector<false, ElementD, TileShape, ClusterShape, Coop, Scale, T
 
   static typename Collective::Arguments make(GemmArgs const& g) {
     return {static_cast<ElementD*>(g.d), int64_t(g.ldd), static_cast<float const*>(g.scale_a),
-            static_cast<float const*>(g.scale_b)};
+            static_cast<float const*>(g.scale_b), static_cast<ElementD const*>(g.bias), g.alpha, g.beta};
   }
 };
 

@@ -87,7 +87,8 @@ struct Sm90MxGemm {
     args.problem = cute::make_shape(int(g.m), int(g.n), int(g.k), 1);
     args.mainloop = {g.a, g.lda, g.b, g.ldb, static_cast<uint8_t const*>(g.scale_a),
                      static_cast<uint8_t const*>(g.scale_b)};
-    args.epilogue = {static_cast<ElementD*>(g.d), int64_t(g.ldd), nullptr, nullptr};
+    args.epilogue = {static_cast<ElementD*>(g.d), int64_t(g.ldd), nullptr, nullptr,
+                     static_cast<ElementD const*>(g.bias), g.alpha, g.beta};
     args.scheduler.max_workers = g.max_workers;
     args.sm_count = g.sm_count;
     return args;
