@@ -152,7 +152,24 @@ def extensions():
         nvcc = FLAGS.nvcc_flags(spec.gencode)
         exts.append(CUDAExtension(f"persistent_gemm._C_{name}", rel(sources[name]), include_dirs=includes,
                                   extra_compile_args={"cxx": cxx, "nvcc": nvcc}))
+    announce_build(sources, len(core))
     return exts
+
+
+def announce_build(sources: dict, core_count: int) -> None:
+    """Say up front what the build compiles and how long it takes, and make ninja's per-file
+    progress lines name the count and the elapsed time (shown by ``pip install -v``; a quiet pip
+    keeps them until the end or an error)."""
+    kernels = {arch: sum(1 for p in files if str(p).endswith(".cu") and "__" in Path(p).name
+                         and not Path(p).name.endswith("__schedule.cu"))
+               for arch, files in sources.items() if arch != "_C"}
+    jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
+    units = sum(len(files) for files in sources.values()) + core_count
+    per_arch = ", ".join(f"{n} kernel TUs for {arch}" for arch, n in kernels.items())
+    print(f"persistent_gemm: compiling {units} translation units ({per_arch}); each CUTLASS kernel TU "
+          f"takes ~60-120 s and ~4 GB on one core, MAX_JOBS={jobs} at a time. PGEMM_KERNELS=<regex> "
+          "narrows the kernels; pip install -v shows per-file progress.", file=sys.stderr, flush=True)
+    os.environ.setdefault("NINJA_STATUS", "[persistent_gemm %f/%t done, %es] ")
 
 
 #: Environment variable: "1" installs the pure-Python package only (schedule tools, catalogue,

@@ -205,3 +205,15 @@ def test_scaled_mm_bias_reference_rowwise_fp32():
     out = pg.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, bias=bias, alpha=0.25, beta=4.0)
     ref = 0.25 * reference("scaled_mm", (a, b, sa, sb)) + 4.0 * bias.double()
     assert rel_err(out, ref) < 1e-6
+
+
+def test_vmap_with_a_batched_bias():
+    """vmap over activations with one bias is one GEMM; a per-example bias runs one per example."""
+    a = randn(3 * 4, 32, torch.bfloat16, seed=1).reshape(3, 4, 32)
+    w = randn(32, 8, torch.bfloat16, seed=2)
+    biases = randn(3, 8, torch.bfloat16, seed=3)
+    shared = torch.vmap(lambda x: pg.mm(x, w, bias=biases[0], alpha=2.0))(a)
+    per = torch.vmap(lambda x, b: pg.mm(x, w, bias=b, beta=0.5))(a, biases)
+    for i in range(3):
+        assert torch.equal(shared[i], pg.mm(a[i], w, bias=biases[0], alpha=2.0))
+        assert torch.equal(per[i], pg.mm(a[i], w, bias=biases[i], beta=0.5))

@@ -1,0 +1,40 @@
+"""CPU tests of setup.py's build experience: the isolated-build refusal and the build announcement."""
+
+import importlib.util
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def setup_py():
+    spec = importlib.util.spec_from_file_location("pgemm_setup", REPO / "setup.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # main() runs only as __main__
+    return mod
+
+
+def test_isolated_build_paths_are_recognised(setup_py):
+    tmp = tempfile.gettempdir()
+    assert setup_py._isolated([os.path.join(tmp, "pip-build-env-abc123", "overlay", "lib")])
+    assert setup_py._isolated([os.path.join(tmp, "build-env-x1", "lib", "torch", "__init__.py")])
+    assert setup_py._isolated(["/home/u/.cache/uv/builds-v0/.tmpX/lib/python3.12/site-packages"])
+    assert not setup_py._isolated(["/usr/lib/python3/site-packages/torch/__init__.py"])
+
+
+def test_build_announces_what_it_compiles(setup_py, capsys, monkeypatch):
+    monkeypatch.delenv("NINJA_STATUS", raising=False)
+    monkeypatch.setenv("MAX_JOBS", "3")
+    sources = {"_C": [Path("g/catalogue_table.cpp")],
+               "sm90a": [Path("g/sm90a/x__schedule.cu"), Path("g/sm90a/x__akbk_bf16_tma.cu"),
+                         Path("g/sm90a/y__akbk_bf16_direct.cu"), Path("g/sm90a/kernel_table.cpp"),
+                         Path("g/sm90a/scale_layout.cu"), Path("g/sm90a/module.cpp")]}
+    setup_py.announce_build(sources, core_count=7)
+    err = capsys.readouterr().err
+    assert "compiling 14 translation units (2 kernel TUs for sm90a)" in err
+    assert "MAX_JOBS=3" in err and "PGEMM_KERNELS" in err and "pip install -v" in err
+    assert os.environ["NINJA_STATUS"].startswith("[persistent_gemm %f/%t")
