@@ -95,3 +95,13 @@ def test_mx_ops_trace_with_a_prepared_weight():
     pw = pg.prepare_weight(wq, ws, fmt="fp4")
     compiled = torch.compile(lambda x, s: pg.fp8_fp4_mm(x, s, pw), fullgraph=True, backend="eager")
     assert torch.equal(compiled(a, sa), pg.fp8_fp4_mm(a, sa, pw))
+
+
+def test_prepare_weight_refuses_fp4_k_no_op_takes():
+    """quantize_mxfp4 keeps the format's partial last block (OCP MX allows one); fp8_fp4_mm takes
+    K % 32 == 0 only, so preparing such a weight for it is refused there, naming the fix."""
+    wq, ws = pg.quantize_mxfp4(torch.randn(6, 48))
+    with pytest.raises(ValueError, match=r"fmt='fp4' needs K % 32 == 0 \(fp8_fp4_mm's rule\), got K = 48"):
+        pg.prepare_weight(wq, ws, fmt="fp4")
+    wq8, ws8 = pg.quantize_mxfp8(torch.randn(6, 48))
+    assert pg.prepare_weight(wq8, ws8, fmt="mxfp8").k == 48  # mxfp8_mm takes partial blocks

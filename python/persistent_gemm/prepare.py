@@ -88,6 +88,10 @@ def prepare_weight(wq: torch.Tensor, ws: torch.Tensor, *, fmt: str, scale_layout
         raise ValueError(f"ws is on {ws.device} but wq is on {wq.device}")
     n = wq.shape[0]
     k = int(wq.shape[1] / per_k)
+    if fmt == "fp4" and k % MX_BLOCK:
+        # quantize_mxfp4 keeps the format's partial last block; fp8_fp4_mm does not take one.
+        raise ValueError(f"fmt='fp4' needs K % {MX_BLOCK} == 0 (fp8_fp4_mm's rule), got K = {k}: pad the "
+                         f"weight's K to a multiple of {MX_BLOCK} before quantize_mxfp4")
     blocks = -(-k // MX_BLOCK)
     if scale_layout == "plain":
         if ws.dim() != 2 or tuple(ws.shape) != (n, blocks):
