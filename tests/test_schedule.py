@@ -209,7 +209,7 @@ def test_panels_are_contiguous_blocks_of_ids(g):
         (dict(cluster=(2, 1, 1)), ValueError, r"cluster must be a pair of ints"),
         (dict(cluster=(2.0, 1)), ValueError, r"cluster must be a pair of ints"),
         (dict(raster="diagonal"), ValueError, r"raster must be 'row' or 'column'"),
-        (dict(raster="Row"), ValueError, r"raster must be 'row' or 'column'"),
+        (dict(raster=0), ValueError, r"raster must be 'row' or 'column'"),
     ],
 )
 def test_tile_schedule_validation(kwargs, exc, match):
@@ -245,3 +245,15 @@ def test_default_workers():
     assert sch.default_workers(132, TileSchedule(cluster=(4, 2))) == 16
     assert sch.default_workers(132, TileSchedule()) == 132
     assert sch.default_workers(1, TileSchedule(cluster=(2, 2))) == 1
+
+
+def test_raster_and_style_aliases_normalise():
+    from persistent_gemm.catalogue import KernelConfig
+
+    for spelling, want in (("col", "column"), ("Column", "column"), ("c", "column"), ("rows", "row"), ("R", "row")):
+        assert TileSchedule(raster=spelling).raster == want
+    with pytest.raises(ValueError, match=r"raster must be 'row' or 'column' \(aliases"):
+        TileSchedule(raster="diagonal")
+    for spelling in ("ping-pong", "Ping_Pong", "pp", "pingpong"):
+        assert KernelConfig(dtype="bf16", tile=(128, 128, 64), kernel=spelling).kernel == "pingpong"
+    assert KernelConfig(dtype="bf16", tile=(128, 128, 64), kernel="COOP").kernel == "cooperative"

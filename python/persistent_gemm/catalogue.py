@@ -106,8 +106,12 @@ class KernelConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "tile", tuple(int(t) for t in self.tile))
         # The names' style tokens are accepted as spellings of the style ("pp" -> "pingpong").
-        if isinstance(self.kernel, str) and self.kernel in _TOKEN_STYLE:
-            object.__setattr__(self, "kernel", _TOKEN_STYLE[self.kernel])
+        # Also "ping-pong", "Ping_Pong", "coop": case, '-' and '_' do not matter.
+        if isinstance(self.kernel, str):
+            key = self.kernel.lower().replace("-", "").replace("_", "")
+            style = _TOKEN_STYLE.get(key) or next((s for s in _STYLE_TOKEN if s == key), None)
+            if style is not None:
+                object.__setattr__(self, "kernel", style)
         reason = self.rejection()
         if reason:
             raise ConfigError(f"invalid kernel config: {reason}")

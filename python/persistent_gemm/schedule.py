@@ -43,6 +43,9 @@ CLUSTER_EXTENTS = (1, 2, 4)
 MAX_CLUSTER_SIZE = 8
 MAX_SWIZZLE = 64
 MAX_SPLIT_K = 16
+#: Other spellings of a raster order, normalised to "row" / "column" (the canonical name's token).
+RASTER_ALIASES = {"row": "row", "rows": "row", "r": "row", "column": "column", "col": "column",
+                  "columns": "column", "c": "column"}
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -133,8 +136,11 @@ class TileSchedule:
         if cluster[0] * cluster[1] > MAX_CLUSTER_SIZE:
             raise ValueError(f"cluster size {cluster[0]}x{cluster[1]} exceeds the portable maximum of {MAX_CLUSTER_SIZE} CTAs")
         object.__setattr__(self, "cluster", cluster)
+        if isinstance(self.raster, str) and self.raster.lower() in RASTER_ALIASES:
+            object.__setattr__(self, "raster", RASTER_ALIASES[self.raster.lower()])
         if not isinstance(self.raster, str) or self.raster not in ("row", "column"):
-            raise ValueError(f"raster must be 'row' or 'column', got {self.raster!r}")
+            raise ValueError(f"raster must be 'row' or 'column' (aliases {sorted(RASTER_ALIASES)}), "
+                             f"got {self.raster!r}")
         if isinstance(self.split_k, bool) or not isinstance(self.split_k, int):
             raise TypeError(f"split_k must be an int, got {self.split_k!r}")
         if not 1 <= self.split_k <= MAX_SPLIT_K:
