@@ -113,10 +113,12 @@ def test_default_dispatch_with_bias_matches_unfused():
         w = operand(n, k, torch.bfloat16, seed=2, device=CUDA)
         bias = randn(1, n, torch.bfloat16, seed=3, device=CUDA).reshape(n)
         fused = pg.mm(a, w.t(), bias=bias)
-        by_hand = (pg.mm(a, w.t(), out_dtype=torch.float32) + bias.float()).bfloat16()
-        # Both round the same fp32 sum once: at most one bf16 ulp apart where the fp32 sums tie.
+        acc = pg.mm(a, w.t(), out_dtype=torch.float32)  # may run another kernel: other sum order
+        by_hand = (acc + bias.float()).bfloat16()
+        # Each rounds an fp32 sum once; the sums differ by fp32 reassociation only, so the results
+        # are one bf16 ulp apart at most, measured on the terms' size (acc + bias may cancel).
         diff = (fused.float() - by_hand.float()).abs()
-        assert (diff <= by_hand.float().abs() * 2**-7 + 1e-6).all()
+        assert (diff <= (acc.abs() + bias.float().abs()) * 2**-7 + 1e-6).all()
 
 
 def test_addmm_on_gpu_matches_torch():

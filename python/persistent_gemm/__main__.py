@@ -216,7 +216,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         return 1
     from .demo import main  # lazily: the demo imports torch and runs the ops
 
-    rc = main()
+    rc = main(model_weights=args.model_weights, model=not args.no_model)
     return rc if isinstance(rc, int) else 0
 
 
@@ -345,7 +345,14 @@ def _parser() -> argparse.ArgumentParser:
     t.set_defaults(func=_cmd_tune)
 
     d = sub.add_parser("demo", help="run every op once against float64 (needs the compiled extension; runs the "
-                       "CPU reference implementations where no GPU kernels are built)")
+                       "CPU reference implementations where no GPU kernels are built), then a small real "
+                       "model (GPT-2 from microformer-mgm) swapped to each format")
+    d.add_argument("--model-weights", metavar="PATH", default=None,
+                   help="the real model's weights: microformer_mgm-0.5.8-py3-none-any.whl or its pytorch_model.bin "
+                        "(default: $PGEMM_DEMO_WEIGHTS, else the installed package from "
+                        "`pip install --no-deps microformer-mgm==0.5.8`, else .whl/ in a source checkout; "
+                        "without them that part is skipped)")
+    d.add_argument("--no-model", action="store_true", help="skip the real-model part")
     d.set_defaults(func=_cmd_demo)
     return p
 
