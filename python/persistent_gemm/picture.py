@@ -1,18 +1,41 @@
 """The picture of a schedule: which worker produces each output tile, at which step (wave).
 
-:func:`visit_grid` is the data, :func:`plot` draws it (matplotlib, imported only when drawing),
-:func:`wave_edges` gives the boundaries between waves. Any valid config can be pictured, built,
-JIT-compiled or neither. Re-exported by :mod:`persistent_gemm.schedule`.
+The data, all pure Python: :func:`visit_grid` (step and worker per tile), :func:`wave_edges`
+(the boundaries between waves), :func:`cluster_outlines` and :func:`panel_outlines` (the
+clusters and swizzle panels as tile rectangles), :func:`wave_operand_footprint` (the A rows and
+B columns one wave reads, in bytes, against every tile loading its own), :func:`build_status`
+(built, JIT-compiled at first use, or impossible) and :func:`panel_data` (everything a picture
+says, titles and captions included). The drawing: :func:`plot` (one schedule) and
+:func:`plot_compare` (two side by side), with matplotlib imported only when drawing
+(:mod:`persistent_gemm.picture_layers`). Any valid config can be pictured, built, JIT-compiled
+or neither. :func:`plot`, :func:`visit_grid` and :func:`wave_edges` are re-exported by
+:mod:`persistent_gemm.schedule`.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import NamedTuple, Optional, Sequence
 
-from .schedule import _as_config, _config_grid, check_int, default_workers
+from .schedule import _as_config, _config_grid, ceil_div, check_int, default_workers, operand_bytes
 
 #: Largest tile grid (per side) whose tiles get their worker id written on them.
 PLOT_ANNOTATE_MAX = 64
+#: Wave colours, one per wave, cycled: a qualitative palette (matplotlib's tab10 and tab20
+#: lights) without red, which marks wave boundaries, and pink, near the highlight's magenta.
+WAVE_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#7f7f7f", "#bcbd22", "#17becf",
+                "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5")
+#: Worker colours (color_by="worker"): matplotlib's tab20, cycled.
+WORKER_PALETTE = ("#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896",
+                  "#9467bd", "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7",
+                  "#bcbd22", "#dbdb8d", "#17becf", "#9edae5")
+#: Legend entries listed before the rest is summarised in one "…" entry.
+LEGEND_MAX = 12
+#: The caption's sentence for the numbers written on the tiles (clustered configs name the cluster).
+NUMBER_CAPTION = "number in a tile = the persistent worker (CTA) that computes it"
+JIT_STATUS = "not built — JIT-compiles on first use (persistent_gemm.precompile)"
+NO_EXTENSION_STATUS = "extension not built here"
 
 
 def visit_grid(config, M: int, N: int, workers: int, K: Optional[int] = None):
@@ -30,91 +53,6 @@ def visit_grid(config, M: int, N: int, workers: int, K: Optional[int] = None):
     return step, worker
 
 
-def plot(config, M: int, N: int, path, workers: int | None = None, sm_count: int = 132, *,
-         color_by: str = "wave", highlight: Optional[tuple[int, int]] = None, K: Optional[int] = None):
-    """Draw the ``Mt x Nt`` tile grid of ``config`` (any spec: built, JIT-compiled or neither)
-    over an (M, N) problem and save it to ``path`` (PNG, or whatever the suffix says).
-
-    ``color_by``: ``"wave"`` (the visit step, i.e. the wave a tile belongs to) or ``"worker"``
-    (one colour per persistent worker). Wave boundaries are drawn as red lines between tiles of
-    different waves, cluster boundaries as thin white lines. Tiles carry their worker id when the
-    grid is at most :data:`PLOT_ANNOTATE_MAX` tiles a side. ``highlight=(m, n)`` outlines that
-    tile and names its worker and step in the title. ``workers`` defaults to
-    :func:`default_workers` of ``sm_count``. ``K`` matters for split-K schedules only (the
-    units per tile). Returns ``path``. Needs matplotlib."""
-    # Arguments first: a bad one is reported whether or not matplotlib is there.
-    config = _as_config(config)
-    check_int("sm_count", sm_count)  # checked even when workers is given: still a mistake
-    if workers is None:
-        workers = default_workers(sm_count, config.schedule)
-    else:
-        workers = check_int("workers", workers)
-    if color_by not in ("wave", "worker"):
-        raise ValueError(f"color_by must be 'wave' or 'worker', got {color_by!r}")
-    g = _config_grid(config, M, N, K=K)
-    M, N = g.M, g.N
-    Mt, Nt = g.tiles_m, g.tiles_n
-    if highlight is not None:
-        if (not isinstance(highlight, (tuple, list)) or len(highlight) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in highlight)):
-            raise TypeError(f"highlight must be a (tile_row, tile_col) pair of ints, got {highlight!r}")
-        if not (0 <= highlight[0] < Mt and 0 <= highlight[1] < Nt):
-            raise ValueError(f"highlight={tuple(highlight)} is outside the {Mt} x {Nt} tile grid")
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-        from matplotlib.collections import LineCollection
-        from matplotlib.patches import Rectangle
-    except ImportError as e:
-        raise ImportError(
-            "persistent_gemm.schedule.plot needs matplotlib: pip install matplotlib "
-            "(or pip install 'persistent_gemm[plot]')"
-        ) from e
-    step, worker = visit_grid(config, M, N, workers, K=K)
-    cell = 0.32 if max(Mt, Nt) <= PLOT_ANNOTATE_MAX else 0.1
-    w_in = min(max(Nt * cell + 2.0, 4.0), 24.0)
-    h_in = min(max(Mt * cell + 1.5, 3.0), 24.0)
-    fig = Figure(figsize=(w_in, h_in), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    if color_by == "wave":
-        im = ax.imshow(step, cmap="viridis", interpolation="nearest", aspect="auto", origin="upper")
-        fig.colorbar(im, ax=ax, label="visit step (wave)")
-    else:
-        im = ax.imshow(worker, cmap="tab20", interpolation="nearest", aspect="auto", origin="upper",
-                       vmin=0, vmax=max(19, workers - 1))
-        fig.colorbar(im, ax=ax, label="worker (colours repeat every 20)")
-    if max(Mt, Nt) <= PLOT_ANNOTATE_MAX:
-        cell_pt = min((w_in - 2.0) * 72 / Nt, (h_in - 1.5) * 72 / Mt)
-        fs = max(2.5, min(9.0, 0.4 * cell_pt))
-        waves = max(1, g.waves(workers) - 1)
-        for m in range(Mt):
-            for n in range(Nt):
-                dark = step[m][n] < 0.6 * waves if color_by == "wave" else False
-                ax.text(n, m, str(worker[m][n]), ha="center", va="center", fontsize=fs,
-                        color="white" if dark else "black")
-    cm, cn = config.schedule.cluster
-    for x in range(cn, Nt, cn):
-        ax.axvline(x - 0.5, color="white", lw=0.3, alpha=0.5)
-    for y in range(cm, Mt, cm):
-        ax.axhline(y - 0.5, color="white", lw=0.3, alpha=0.5)
-    edges = [((x0, y0), (x1, y1)) for (y0, y1), (x0, x1) in wave_edges(step)]
-    ax.add_collection(LineCollection(edges, colors="red", linewidths=1.0, label="wave boundary"))
-    title = f"{config.name}\nM={M} N={N}, {workers} workers, {g.waves(workers)} waves"
-    if g.splits > 1:
-        title += f", split-K {g.splits} (tile = {g.splits} units; split 0 shown)"
-    if highlight is not None:
-        hm, hn = highlight
-        ax.add_patch(Rectangle((hn - 0.5, hm - 0.5), 1, 1, fill=False, edgecolor="magenta", lw=2.5))
-        title += f"; tile ({hm}, {hn}): worker {worker[hm][hn]}, step {step[hm][hn]}"
-    ax.set_xlabel(f"tile column n (Nt={Nt})")
-    ax.set_ylabel(f"tile row m (Mt={Mt})")
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    return path
-
-
 def wave_edges(step) -> list[tuple[tuple[float, float], tuple[float, float]]]:
     """The boundaries between waves on the tile grid, as line segments ``((y0, y1), (x0, x1))``
     in tile coordinates (tile centres are integers): one per pair of neighbouring tiles whose
@@ -128,3 +66,364 @@ def wave_edges(step) -> list[tuple[tuple[float, float], tuple[float, float]]]:
             if m + 1 < Mt and step[m][n] != step[m + 1][n]:
                 segs.append(((m + 0.5, m + 0.5), (n - 0.5, n + 0.5)))
     return segs
+
+
+# -- outlines ---------------------------------------------------------------------------------
+class TileRect(NamedTuple):
+    """Tile rows ``[row0, row1)`` by tile columns ``[col0, col1)`` of the ``Mt x Nt`` grid."""
+
+    row0: int
+    col0: int
+    row1: int
+    col1: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.row1 - self.row0, self.col1 - self.col0)
+
+    def __contains__(self, tile) -> bool:
+        m, n = tile
+        return self.row0 <= m < self.row1 and self.col0 <= n < self.col1
+
+
+def cluster_outlines(config, M: int, N: int) -> list[TileRect]:
+    """One rectangle per cluster coordinate ``(r, c)``, row-major: the in-bounds tiles of that
+    cluster (:meth:`ScheduleGrid.cta_tiles`), ``cluster_m x cluster_n`` except where the grid
+    edge cuts off its tail CTAs."""
+    g = _config_grid(_as_config(config), M, N)
+    cm, cn = g.schedule.cluster
+    return [TileRect(r * cm, c * cn, min((r + 1) * cm, g.tiles_m), min((c + 1) * cn, g.tiles_n))
+            for r in range(g.clusters_m) for c in range(g.clusters_n)]
+
+
+def panel_index(config, M: int, N: int) -> list[list[int]]:
+    """``Mt x Nt``: the swizzle panel of each tile. The schedule cuts the cluster grid into
+    panels of ``swizzle`` cluster rows (raster ``"row"``) or columns (``"column"``), the last
+    one narrowed; its ids walk one panel completely before the next (:meth:`ScheduleGrid.coord`)."""
+    g = _config_grid(_as_config(config), M, N)
+    s, row = g.schedule.swizzle, g.schedule.raster == "row"
+    out = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
+    for r in range(g.clusters_m):
+        for c in range(g.clusters_n):
+            for m, n in g.cta_tiles(r, c):
+                out[m][n] = (r if row else c) // s
+    return out
+
+
+def panel_outlines(config, M: int, N: int) -> list[TileRect]:
+    """One rectangle per swizzle panel, in visit order (see :func:`panel_index`). They
+    partition the tile grid; with ``swizzle`` at least the cluster rows (columns), one panel
+    is the whole grid."""
+    idx = panel_index(config, M, N)
+    boxes: dict[int, list[int]] = {}
+    for m, row in enumerate(idx):
+        for n, p in enumerate(row):
+            b = boxes.setdefault(p, [m, n, m + 1, n + 1])
+            b[0], b[1], b[2], b[3] = min(b[0], m), min(b[1], n), max(b[2], m + 1), max(b[3], n + 1)
+    return [TileRect(*boxes[p]) for p in sorted(boxes)]
+
+
+# -- one wave's operands ------------------------------------------------------------------------
+def wave_operand_footprint(config, M: int, N: int, K: int, workers: int, wave: int) -> dict:
+    """What wave ``wave`` (every worker's ``wave``-th visit: ids ``wave*W .. wave*W + W - 1``)
+    reads, as a dict:
+
+    ``tiles`` (sorted in-bounds ``(m, n)``), ``units`` (work units: tiles x their splits in this
+    wave), ``rows`` and ``cols`` (sorted tile rows / columns touched: the A row-panels and B
+    column-panels), ``a_bytes`` and ``b_bytes`` (each touched panel once, clipped to M or N,
+    over the K range of each split present), ``bytes`` (their sum), ``naive_bytes`` (every unit
+    loading its own A rows and B columns), ``reuse`` (``naive_bytes / bytes``) and ``swap_ab``.
+
+    Element sizes are :func:`~persistent_gemm.schedule.operand_bytes` of the config's dtype
+    (e2m1 is half a byte). A swap-AB config's rows are the weight (the op's B) and its
+    columns the op's A, so the grid's row operand takes the weight's element size."""
+    config = _as_config(config)
+    K, workers = check_int("K", K), check_int("workers", workers)
+    g = _config_grid(config, M, N, K=K)
+    waves = g.waves(workers)
+    wave = check_int("wave", wave, minimum=0)
+    if wave >= waves:
+        raise ValueError(f"wave must be in [0, {waves - 1}] ({waves} waves of {workers} workers), got {wave}")
+    a_el, b_el = operand_bytes(config.dtype)
+    if config.swap_ab:
+        a_el, b_el = b_el, a_el
+    tm, tn, tk = g.tile_m, g.tile_n, config.tile[2]
+    rows, cols, tiles = set(), set(), set()
+    units = a_naive = b_naive = 0
+    for t in range(wave * workers, min((wave + 1) * workers, g.num_ids)):
+        split, kb, ke = g.k_range(t)
+        kx = min(K, ke * tk) - kb * tk  # elements of K this unit reduces
+        for m, n in g.cta_tiles(*g.coord(t)):
+            hm, wn = min(tm, g.M - m * tm), min(tn, g.N - n * tn)
+            rows.add((m, split, hm * kx))
+            cols.add((n, split, wn * kx))
+            tiles.add((m, n))
+            units += 1
+            a_naive += hm * kx
+            b_naive += wn * kx
+
+    def nbytes(elems: int, el: Fraction) -> int:
+        return ceil_div(elems * el.numerator, el.denominator)
+
+    a_b, b_b = nbytes(sum(e for *_, e in rows), a_el), nbytes(sum(e for *_, e in cols), b_el)
+    naive = nbytes(a_naive, a_el) + nbytes(b_naive, b_el)
+    return {"wave": wave, "tiles": sorted(tiles), "units": units, "rows": sorted({m for m, *_ in rows}),
+            "cols": sorted({n for n, *_ in cols}), "a_bytes": a_b, "b_bytes": b_b, "bytes": a_b + b_b,
+            "naive_bytes": naive, "reuse": naive / (a_b + b_b), "swap_ab": config.swap_ab}
+
+
+# -- build status -------------------------------------------------------------------------------
+def build_status(config) -> str:
+    """Whether ``config`` runs here: ``"built"`` (in the extension, or JIT-compiled and loaded
+    in this process), :data:`JIT_STATUS` (valid, compiled at first use),
+    ``"not built — PGEMM_JIT=0 ..."``, ``"cannot be built: <reason>"``
+    (:meth:`KernelConfig.kernel_rejection`), or :data:`NO_EXTENSION_STATUS`."""
+    config = _as_config(config)
+    reason = config.kernel_rejection()
+    if reason:
+        return f"cannot be built: {reason}"
+    import persistent_gemm as pg
+
+    if not pg.extension_available():
+        return NO_EXTENSION_STATUS
+    if config.name in pg.built_configs():
+        return "built"
+    from . import jit
+
+    if not jit.enabled():
+        return f"not built — {jit.JIT_ENV}=0 turns the JIT off, so it cannot run"
+    return JIT_STATUS
+
+
+# -- colours and legends -------------------------------------------------------------------------
+def wave_colour(wave: int) -> str:
+    """The colour of wave ``wave``: :data:`WAVE_PALETTE`, cycled."""
+    return WAVE_PALETTE[check_int("wave", wave, minimum=0) % len(WAVE_PALETTE)]
+
+
+def legend_labels(count: int, what: str = "wave", cap: int = LEGEND_MAX) -> list[str]:
+    """``"wave 0"``, ``"wave 1"``, ... for ``count`` entries, the first ``cap`` of them and then
+    one ``"…"`` entry saying how many there are and how often the colours repeat."""
+    count, cap = check_int("count", count, minimum=0), check_int("cap", cap)
+    palette = WAVE_PALETTE if what == "wave" else WORKER_PALETTE
+    labels = [f"{what} {i}" for i in range(min(count, cap))]
+    if count > cap:
+        labels.append(f"… {count} {what}s in all (colours repeat every {len(palette)})")
+    return labels
+
+
+def text_colour(hex_colour: str) -> str:
+    """``"black"`` or ``"white"``: whichever reads on ``hex_colour`` (``"#rrggbb"``)."""
+    r, g, b = (int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+
+
+def format_bytes(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:g} B"
+
+
+def _n(count: int, what: str) -> str:
+    return f"{count} {what}{'s' * (count != 1)}"
+
+
+def _ranges(idx: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"`` (at most four runs, then "…")."""
+    runs: list[list[int]] = []
+    for i in idx:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
+    return ", ".join(text[:4]) + (", …" if len(text) > 4 else "")
+
+
+# -- what a picture says ------------------------------------------------------------------------
+@dataclass
+class Panel:
+    """Everything one pictured schedule shows, as data (:func:`panel_data`); the drawing code
+    (:mod:`persistent_gemm.picture_layers`) only lays it out."""
+
+    config: object
+    grid: object  #: the ScheduleGrid (the kernel's M, N)
+    workers: int
+    K: Optional[int]
+    step: list
+    worker: list
+    color_by: str
+    highlight: Optional[tuple[int, int]]
+    footprint: Optional[dict]  #: wave_operand_footprint of footprint_wave (K = tile_k if no K)
+    clusters: list
+    panels: list
+    annotate: bool
+    true_aspect: bool
+    tile_ticks: bool
+    status: str
+    title: list
+    caption: list
+
+    @property
+    def waves(self) -> int:
+        return self.grid.waves(self.workers)
+
+
+def _opt_bool(name: str, value, allow_none: bool = False):
+    if (value is None and allow_none) or isinstance(value, bool):
+        return value
+    raise TypeError(f"{name} must be {'None, ' if allow_none else ''}True or False, got {value!r}")
+
+
+#: Beyond this elongation (long side : short side, in elements) the grid is not drawn to scale
+#: unless ``true_aspect=True`` says so: a 512:1 picture shows nothing.
+MAX_TRUE_ASPECT = 12
+
+
+def panel_data(config, M: int, N: int, workers: int | None = None, sm_count: int = 132, *,
+               color_by: str = "wave", highlight=None, K: Optional[int] = None, footprint_wave: Optional[int] = 0,
+               true_aspect: Optional[bool] = None, tile_ticks: bool = False) -> Panel:
+    """Check the arguments of :func:`plot` and compute what it draws: no matplotlib needed."""
+    config = _as_config(config)
+    check_int("sm_count", sm_count)  # checked even when workers is given: still a mistake
+    workers = default_workers(sm_count, config.schedule) if workers is None else check_int("workers", workers)
+    if color_by not in ("wave", "worker"):
+        raise ValueError(f"color_by must be 'wave' or 'worker', got {color_by!r}")
+    true_aspect = _opt_bool("true_aspect", true_aspect, allow_none=True)
+    tile_ticks = _opt_bool("tile_ticks", tile_ticks)
+    g = _config_grid(config, M, N, K=K)
+    Mt, Nt, tm, tn = g.tiles_m, g.tiles_n, g.tile_m, g.tile_n
+    if highlight is not None:
+        if (not isinstance(highlight, (tuple, list)) or len(highlight) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in highlight)):
+            raise TypeError(f"highlight must be a (tile_row, tile_col) pair of ints, got {highlight!r}")
+        if not (0 <= highlight[0] < Mt and 0 <= highlight[1] < Nt):
+            raise ValueError(f"highlight={tuple(highlight)} is outside the {Mt} x {Nt} tile grid")
+        highlight = tuple(highlight)
+    waves = g.waves(workers)
+    fp = None
+    if footprint_wave is not None:
+        footprint_wave = check_int("footprint_wave", footprint_wave, minimum=None)
+        if not 0 <= footprint_wave < waves:
+            raise ValueError(f"footprint_wave must be None or in [0, {waves - 1}] ({waves} waves), got {footprint_wave}")
+        fp = wave_operand_footprint(config, g.M, g.N, K if K is not None else config.tile[2], workers, footprint_wave)
+    step, worker = visit_grid(config, g.M, g.N, workers, K=K)
+    long_side, short_side = max(Mt * tm, Nt * tn), min(Mt * tm, Nt * tn)
+    stretched = true_aspect is False or (true_aspect is None and long_side > MAX_TRUE_ASPECT * short_side)
+    s = config.schedule
+    cm, cn = s.cluster
+    status = build_status(config)
+
+    title = [config.name,
+             f"M={g.M} N={g.N}" + (f" K={K}" if K is not None else "")
+             + f": {Mt} x {Nt} tiles of {tm}x{tn}, {workers} workers, {waves} wave{'s' * (waves != 1)}"
+             + (f", split-K {g.splits} (tile = {g.splits} units; split 0 shown)" if g.splits > 1 else ""),
+             status]
+    if highlight is not None:
+        hm, hn = highlight
+        title[1] += f"; tile ({hm}, {hn}): worker {worker[hm][hn]}, step {step[hm][hn]}"
+    annotate = max(Mt, Nt) <= PLOT_ANNOTATE_MAX
+    caption = []
+    if annotate:
+        caption.append(NUMBER_CAPTION + ("" if cm * cn == 1 else
+                                         f"; here a worker is a {cm}x{cn} cluster of CTAs, so its tiles share a number"))
+    caption.append("colour = " + ("wave: wave s is every worker's s-th tile (ids s·W … s·W+W−1); "
+                                  if color_by == "wave" else "worker; ") + "red lines = wave boundaries")
+    line = "row" if s.raster == "row" else "column"
+    caption.append((f"black outlines = {cm}x{cn} clusters; " if cm * cn > 1 else "clusters are 1x1 (one tile); ")
+                   + (f"dashed = swizzle panels of {_n(s.swizzle, 'cluster ' + line)}, walked one after another, "
+                      + ("ids going down each column of a panel, then along N" if line == "row" else
+                         "ids going along each row of a panel, then down M") if s.swizzle > 1 else
+                      f"swizzle 1 = plain {line} raster: ids walk each cluster {line} in turn (each its own panel)"))
+    if fp is not None:
+        rows_op, cols_op = ("W (weight)", "X") if config.swap_ab else ("A", "B")
+        head = (f"wave {fp['wave']} reads {rows_op} tile rows {_ranges(fp['rows'])} ({_n(len(fp['rows']), 'row-panel')}, "
+                f"left strip) and {cols_op} tile columns {_ranges(fp['cols'])} ({_n(len(fp['cols']), 'column-panel')}, "
+                "top strip)")
+        if K is not None:
+            caption += [head, f"  = {format_bytes(fp['a_bytes'])} + {format_bytes(fp['b_bytes'])} = "
+                              f"{format_bytes(fp['bytes'])} for its {_n(len(fp['tiles']), 'tile')}; each tile loading its own "
+                              f"would read {format_bytes(fp['naive_bytes'])}: reuse {fp['reuse']:.1f}x"]
+        else:
+            caption += [head, f"  for its {_n(len(fp['tiles']), 'tile')}: {fp['reuse']:.1f}x less than each tile loading "
+                              f"its own (pass K= for bytes)"]
+    if config.swap_ab:
+        caption.append("swap-AB: the kernel computes D^T, so its M is the op's N (weight rows) and its N the op's M")
+    if stretched:
+        caption.append(f"not to scale: the grid is {long_side}:{short_side} elements, cells stretched to be seen")
+    if g.M % tm or g.N % tn:
+        caption.append("hatched = tile padding beyond M or N (computed, not stored)")
+    return Panel(config, g, workers, K, step, worker, color_by, highlight, fp, cluster_outlines(config, g.M, g.N),
+                 panel_outlines(config, g.M, g.N), annotate, not stretched, tile_ticks, status, title, caption)
+
+
+def _mpl():
+    try:  # matplotlib itself first: picture_layers may be imported already, matplotlib gone since
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+
+        from . import picture_layers
+    except ImportError as e:
+        raise ImportError(
+            "persistent_gemm.schedule.plot needs matplotlib: pip install matplotlib "
+            "(or pip install 'persistent_gemm[plot]')"
+        ) from e
+    return picture_layers
+
+
+def plot(config, M: int, N: int, path, workers: int | None = None, sm_count: int = 132, *,
+         color_by: str = "wave", highlight: Optional[tuple[int, int]] = None, K: Optional[int] = None,
+         footprint_wave: Optional[int] = 0, true_aspect: Optional[bool] = None, tile_ticks: bool = False):
+    """Draw the ``Mt x Nt`` tile grid of ``config`` (any spec: built, JIT-compiled or neither)
+    over an (M, N) problem and save it to ``path`` (PNG, or whatever the suffix says).
+
+    Tiles are ``tile_n`` wide and ``tile_m`` tall, the axes in elements (``tile_ticks=True``:
+    tile indices); ``true_aspect=None`` keeps that scale unless the grid is more than
+    :data:`MAX_TRUE_ASPECT` times longer than wide (then cells are stretched, and the caption
+    says so). ``color_by``: ``"wave"`` (one colour per wave, :data:`WAVE_PALETTE`) or
+    ``"worker"``. Red lines separate waves, black outlines mark clusters and dashed ones the
+    swizzle panels; tiles carry their worker id when the grid is at most
+    :data:`PLOT_ANNOTATE_MAX` tiles a side. ``footprint_wave`` (default 0; None: off) shades
+    the A rows and B columns that wave reads in strips beside the grid and gives the bytes
+    (``K`` given) against every tile loading its own. ``highlight=(m, n)`` outlines that tile
+    and names its worker and step. The title says whether the config is built
+    (:func:`build_status`). ``workers`` defaults to :func:`default_workers` of ``sm_count``;
+    ``K`` also sets split-K's units per tile. Returns ``path``. Needs matplotlib."""
+    # Arguments first: a bad one is reported whether or not matplotlib is there.
+    panel = panel_data(config, M, N, workers, sm_count, color_by=color_by, highlight=highlight, K=K,
+                       footprint_wave=footprint_wave, true_aspect=true_aspect, tile_ticks=tile_ticks)
+    _mpl().draw([panel], path)
+    return path
+
+
+def plot_compare(configs, M: int, N: int, path, workers=None, sm_count: int = 132, K: Optional[int] = None, **options):
+    """Two schedules side by side over one (M, N) problem, on one colour scale (wave ``s`` has
+    the same colour in both) and one length scale; each title names the config, whether it is
+    built, its waves, workers, tiles and wave 0's footprint. ``configs``: two configs or names;
+    ``workers``: None (each config's default for ``sm_count``), one int for both, or a pair.
+    ``options`` are :func:`plot`'s keywords. Returns ``path``. Needs matplotlib."""
+    if isinstance(configs, (str, bytes)) or not isinstance(configs, Sequence):
+        raise TypeError(f"configs must be a sequence of 2 configs or names, got {type(configs).__name__}")
+    if len(configs) != 2:
+        raise ValueError(f"configs must hold exactly 2 configs to compare, got {len(configs)}")
+    if workers is None or not isinstance(workers, (tuple, list)):
+        workers = (workers, workers)
+    elif len(workers) != 2:
+        raise ValueError(f"workers must be None, an int or a pair of ints, got {workers!r}")
+    unknown = set(options) - {"color_by", "highlight", "footprint_wave", "true_aspect", "tile_ticks"}
+    if unknown:
+        raise TypeError(f"plot_compare got unexpected keyword argument(s) {', '.join(sorted(unknown))}")
+    panels = [panel_data(c, M, N, w, sm_count, K=K, **options) for c, w in zip(configs, workers)]
+    if panels[0].true_aspect != panels[1].true_aspect and options.get("true_aspect") is None:
+        panels = [panel_data(c, M, N, w, sm_count, K=K, **{**options, "true_aspect": False})
+                  for c, w in zip(configs, workers)]
+    for p in panels:
+        g = p.grid
+        fp0 = wave_operand_footprint(p.config, g.M, g.N, K if K is not None else p.config.tile[2], p.workers, 0)
+        key = (f"{p.waves} waves · {p.workers} workers · {g.tiles_m}x{g.tiles_n} tiles · wave 0 reads "
+               + (format_bytes(fp0["bytes"]) if K is not None else f"{len(fp0['rows'])}+{len(fp0['cols'])} panels")
+               + f" (reuse {fp0['reuse']:.1f}x)")
+        p.title = [p.config.name, key, p.status]
+    _mpl().draw(panels, path)
+    return path
