@@ -110,6 +110,8 @@ def test_footprint_matches_brute_force_over_order(cfg, M, N, K, W, batch):
             ns[step].add((l, n))
             tiles[step] += 1
     a_el, b_el = sch.operand_bytes(cfg.dtype)
+    if cfg.swap_ab:  # the grid's rows are the weight
+        a_el, b_el = b_el, a_el
     tm, tn = cfg.cta_tile
     for f in fps:
         assert f.a_panels == len(ms[f.wave]) and f.b_panels == len(ns[f.wave])
@@ -212,3 +214,12 @@ def test_wave_edges_separate_exactly_the_tiles_of_different_waves():
                 assert (((m - 0.5, m + 0.5), (n + 0.5, n + 0.5)) in edges) == (step[m][n] != step[m][n + 1])
             if m + 1 < len(step):
                 assert (((m + 0.5, m + 0.5), (n - 0.5, n + 0.5)) in edges) == (step[m][n] != step[m + 1][n])
+
+
+def test_footprint_swap_ab_fp4_prices_the_grid_rows_as_the_weight():
+    """A swap-AB FP8 x FP4 kernel's grid rows are the e2m1 weight (half a byte), its columns the
+    e4m3 activations; the kernel's extents are the op's (N, M)."""
+    cfg = KernelConfig(tile=(128, 128, 128), kernel="cooperative", dtype="e4m3xe2m1", arch="sm90a",
+                       schedule=TileSchedule(cluster=(1, 2)), swap_ab=True)
+    (f,) = sch.wave_footprint(cfg, 256, 256, 128, workers=10)
+    assert (f.a_bytes, f.b_bytes) == (256 * 128 // 2, 256 * 128)

@@ -191,12 +191,8 @@ def test_wave_footprint_agrees_with_schedule_footprint(cfg):
         fp = pic.wave_operand_footprint(cfg, M, N, K, W, f.wave)
         units += fp["units"]
         assert fp["units"] == f.tiles
-        if cfg.dtype == "e4m3xe2m1" and cfg.swap_ab:
-            # schedule.wave_footprint prices the grid's rows as the op's A (e4m3), but a swap-AB
-            # kernel's rows are the e2m1 weight: the picture swaps the element sizes.
-            assert fp["a_bytes"] * 2 == f.a_bytes and fp["b_bytes"] == f.b_bytes * 2
-        else:
-            assert (fp["a_bytes"], fp["b_bytes"]) == (f.a_bytes, f.b_bytes)
+        # Both price a swap-AB kernel's rows as the weight (e2m1 for e4m3xe2m1).
+        assert (fp["a_bytes"], fp["b_bytes"]) == (f.a_bytes, f.b_bytes)
     g = cfg.grid(M, N, K=K)
     assert units == g.tiles_m * g.tiles_n * g.splits
 

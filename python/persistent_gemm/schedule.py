@@ -372,6 +372,13 @@ def operand_bytes(dtype: str):
 
 
 
+def _grid_operand_bytes(config):
+    """Bytes per element of the kernel's rows operand and columns operand: :func:`operand_bytes`,
+    swapped for a swap-AB config, whose rows are the weight (e2m1 for ``e4m3xe2m1``)."""
+    a_el, b_el = operand_bytes(config.dtype)
+    return (b_el, a_el) if config.swap_ab else (a_el, b_el)
+
+
 def _config_grid(config, M: int, N: int, batch: int = 1, K: Optional[int] = None) -> ScheduleGrid:
     return config.grid(M, N, batch=batch, K=K)
 
@@ -391,7 +398,7 @@ def wave_footprint(config, M: int, N: int, K: int, workers: int, *, batch: int =
     workers = check_int("workers", workers)
     g = _config_grid(config, M, N, batch, K)
     M, N = g.M, g.N
-    a_el, b_el = operand_bytes(config.dtype)
+    a_el, b_el = _grid_operand_bytes(config)
     tm, tn, tk = g.tile_m, g.tile_n, config.tile[2]
     S, Kt = g.splits, g.k_tiles
 
@@ -433,7 +440,7 @@ def footprint_summary(
     fps = footprints if footprints is not None else wave_footprint(config, M, N, K, workers, batch=batch)
     if not fps:
         raise ValueError("footprints must hold at least one wave (as wave_footprint returns), got none")
-    a_el, b_el = operand_bytes(config.dtype)
+    a_el, b_el = _grid_operand_bytes(config)
     compulsory = ceil_div(batch * M * K * a_el.numerator, a_el.denominator) + ceil_div(
         batch * N * K * b_el.numerator, b_el.denominator
     )
