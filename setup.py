@@ -71,18 +71,22 @@ def require_host_torch() -> None:
 def load_module(name: str):
     """Import persistent_gemm.<name> from the source tree without running the package's
     __init__ (which loads the extension this build is about to produce)."""
+    ours = lambda k: k == "persistent_gemm" or k.startswith("persistent_gemm.")  # noqa: E731
+    # Whatever of the package was imported before (a test importing this file) comes back whole:
+    # re-imported submodules would carry second copies of its classes.
+    saved = {k: m for k, m in sys.modules.items() if ours(k)}
     pkg = types.ModuleType("persistent_gemm")
     pkg.__path__ = [str(ROOT / "python" / "persistent_gemm")]
-    saved = sys.modules.get("persistent_gemm")
+    for k in saved:
+        del sys.modules[k]
     sys.modules["persistent_gemm"] = pkg
     try:
         import importlib
         return importlib.import_module(f"persistent_gemm.{name}")
     finally:
-        for k in [k for k in sys.modules if k == "persistent_gemm" or k.startswith("persistent_gemm.")]:
+        for k in [k for k in sys.modules if ours(k)]:
             del sys.modules[k]
-        if saved is not None:
-            sys.modules["persistent_gemm"] = saved
+        sys.modules.update(saved)
 
 
 # The arch table (python/persistent_gemm/archs.py) and the compile flags (build_flags.py) are read

@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -16,6 +17,17 @@ def setup_py():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # main() runs only as __main__
     return mod
+
+
+def test_importing_setup_leaves_the_package_modules_alone(setup_py):
+    """setup.py loads archs/codegen from the source tree; the package's modules imported before
+    must be the same objects after (a second copy of a class breaks isinstance elsewhere)."""
+    import persistent_gemm.catalogue as before
+
+    setup_py.load_module("codegen")
+    import persistent_gemm.catalogue as after
+
+    assert after is before and sys.modules["persistent_gemm.catalogue"] is before
 
 
 def test_isolated_build_paths_are_recognised(setup_py):
