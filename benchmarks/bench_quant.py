@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -29,21 +28,11 @@ import persistent_gemm as pg
 from persistent_gemm.quant import quantize_mxfp8_reference
 from persistent_gemm.tuning import replay_times
 
+from bench_decode import host_us  # the same eager host-time measure as the decode table
+
 TOKENS = [1, 16, 128, 2048, 8192]
 KS = [4096, 8192]
 COPIES = 8
-
-
-def host_us(fn, calls: int = 200) -> float:
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - t
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
 
 
 def main() -> int:
@@ -75,8 +64,8 @@ def main() -> int:
             ]
             times = replay_times(calls, args.reps, args.inner)
             kern, comp, eager, gemm = (statistics.median(t) for t in times)
-            host_k = host_us(lambda: pg.quantize_mxfp8(xs[0]))
-            host_e = host_us(lambda: quantize_mxfp8_reference(xs[0]))
+            host_k = host_us(pg.quantize_mxfp8, (xs[0],))
+            host_e = host_us(quantize_mxfp8_reference, (xs[0],))
             share = kern / (kern + gemm)
             gbs = (m * k * 2 + m * k + m * (k // 32)) / (kern * 1e-6) / 1e9
             rows.append(dict(m=m, k=k, kernel_us=kern, compiled_us=comp, eager_us=eager, gemm_us=gemm,

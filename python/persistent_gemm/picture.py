@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple, Optional, Sequence
 
-from .schedule import _as_config, _config_grid, ceil_div, check_int, default_workers, operand_bytes
+from .schedule import _as_config, _config_grid, _grid_operand_bytes, ceil_div, check_int, default_workers
 
 #: Largest tile grid (per side) whose tiles get their worker id written on them.
 PLOT_ANNOTATE_MAX = 64
@@ -144,9 +144,7 @@ def wave_operand_footprint(config, M: int, N: int, K: int, workers: int, wave: i
     wave = check_int("wave", wave, minimum=0)
     if wave >= waves:
         raise ValueError(f"wave must be in [0, {waves - 1}] ({waves} waves of {workers} workers), got {wave}")
-    a_el, b_el = operand_bytes(config.dtype)
-    if config.swap_ab:
-        a_el, b_el = b_el, a_el
+    a_el, b_el = _grid_operand_bytes(config)
     tm, tn, tk = g.tile_m, g.tile_n, config.tile[2]
     rows, cols, tiles = set(), set(), set()
     units = a_naive = b_naive = 0

@@ -80,10 +80,14 @@ constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 // kernel serves mm and addmm; alpha and beta are host scalars in the kernel parameters.
 namespace fusion = cutlass::epilogue::fusion;
 
+// A host scalar (alpha, beta), or with Count > 1 the product of several scalars / device pointers.
+template <int Count = 1>
+using ScalarNode = fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>, Count>;
+
 template <class ElementD, class TileShape>
 struct BiasTerm {  // beta * bias[n]
   using Bias = fusion::Sm90RowBroadcast<0, TileShape, ElementD, float, cute::Stride<cute::_0, cute::_1, int64_t>, 1>;
-  using Beta = fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>>;
+  using Beta = ScalarNode<>;
   using type = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, Beta, Bias>;
   static typename type::Arguments make(GemmArgs const& g) {
     typename Beta::Arguments beta{};
@@ -99,7 +103,7 @@ struct BiasTerm {  // beta * bias[n]
 template <class ElementD, class TileShape, class Factor, class Scaled>
 using MulAddBias = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float, kRound>,
                                    Factor, Scaled, typename BiasTerm<ElementD, TileShape>::type>;
-using Scalars3 = fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>, 3>;
+using Scalars3 = ScalarNode<3>;
 
 template <class ElementD, ScaleMode Scale, class TileShape>
 struct TmaFusion;
@@ -107,7 +111,7 @@ struct TmaFusion;
 // alpha * acc + beta * bias.
 template <class ElementD, class TileShape>
 struct TmaFusion<ElementD, ScaleMode::None, TileShape> {
-  using Alpha = fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>>;
+  using Alpha = ScalarNode<>;
   using type = MulAddBias<ElementD, TileShape, Alpha, fusion::Sm90AccFetch>;
   static typename type::Arguments make(GemmArgs const& g) {
     typename Alpha::Arguments alpha{};
@@ -137,7 +141,7 @@ template <class ElementD, class TileShape>
 struct TmaFusion<ElementD, ScaleMode::Rowwise, TileShape> {
   using ColScale = fusion::Sm90ColBroadcast<0, TileShape, float, float, cute::Stride<cute::_1, cute::_0, int64_t>, 1>;
   using RowScale = fusion::Sm90RowBroadcast<0, TileShape, float, float, cute::Stride<cute::_0, cute::_1, int64_t>, 1>;
-  using Alpha = fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>>;
+  using Alpha = ScalarNode<>;
   using AlphaAcc = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, Alpha,
                                    fusion::Sm90AccFetch>;
   using Inner = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, RowScale, AlphaAcc>;
