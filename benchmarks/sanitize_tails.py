@@ -23,6 +23,10 @@ import persistent_gemm as pg
 SHAPES = [(1, 7, 33), (129, 257, 1000), (257, 129, 300), (7, 1000, 129)]
 MX_SHAPES = [(1, 7, 32), (129, 257, 1056), (257, 129, 320), (7, 1000, 160)]
 MX_PARTIAL_K = [(129, 257, 1000)]  # mxfp8 only: the last scale block covers 8 elements
+# The MX decode GEMVs (``_gemv_``): M up to the config's tokens (-1 there), a strip tail, a partial
+# last 256-byte unit, and N = 8191 / K = 8192, where strips are shared by CTAs (the cross-CTA
+# reduction: racecheck/synccheck matter there).
+GEMV_SHAPES = [(1, 7, 32), (-1, 257, 1056), (-1, 8191, 8192), (2, 1000, 28672)]
 
 
 def mx_cases(cfg: str, m: int, n: int, k: int):
@@ -49,6 +53,9 @@ def main() -> int:
     for cfg, fast in configs:
         if "_mxfp8_" in cfg or "_e4m3xe2m1_" in cfg:
             shapes = MX_SHAPES + (MX_PARTIAL_K if "_mxfp8_" in cfg else [])
+            if "_gemv_" in cfg:
+                tokens = int(cfg.split("_")[2].split("x")[1])
+                shapes = [(tokens if m < 0 else m, n, k) for m, n, k in GEMV_SHAPES]
             for m, n, k in shapes:
                 for label, call, ref in mx_cases(cfg, m, n, k):
                     try:

@@ -376,8 +376,10 @@ namespace {
 struct MxScales {
   at::Tensor a, b;
 };
+// keep_a: the kernel reads a's scales as they come (the Gemv style): only b's are relaid.
 MxScales blocked_scales(char const* op, ArchModule const& mod, at::Tensor const& a_scale, int64_t m,
-                        at::Tensor const& b_scale, int64_t n, int64_t k, ScaleLayouts layouts, cudaStream_t stream) {
+                        at::Tensor const& b_scale, int64_t n, int64_t k, ScaleLayouts layouts, cudaStream_t stream,
+                        bool keep_a = false) {
   int64_t const blocks = mx_blocks(k);
   ScaleRelayout jobs[2];
   int count = 0;
@@ -388,7 +390,7 @@ MxScales blocked_scales(char const* op, ArchModule const& mod, at::Tensor const&
                      static_cast<uint8_t*>(out.data_ptr())};
     return out;
   };
-  MxScales out{prepare(a_scale, m, layouts.a), prepare(b_scale, n, layouts.b)};
+  MxScales out{keep_a ? a_scale : prepare(a_scale, m, layouts.a), prepare(b_scale, n, layouts.b)};
   if (count) {
     cudaError_t const err = mod.table->scale_to_blocked(jobs, count, stream);
     TORCH_CHECK(err == cudaSuccess, msg(op, ": scale relayout failed: ", cudaGetErrorString(err)));
@@ -441,10 +443,18 @@ at::Tensor run_mx(char const* op, Problem const& p, DType b_dtype, std::optional
     if (c.copy_b) w = k_major_copy(w, 0);
   }
   cudaStream_t const stream = c10::cuda::getCurrentCUDAStream(a.get_device());
+  // The decode GEMV reads the activations' scales as they come: plain rows (unit block stride)
+  // or blocked; only the weight's are relaid, and a prepared weight's already are.
+  bool const gemv = e.geometry.style == KernelStyle::Gemv;
+  at::Tensor const a_scale_run =
+      gemv && layouts.a == ScaleLayout::Plain && a_scale.size(0) > 1 && a_scale.stride(1) != 1 ? a_scale.contiguous()
+                                                                                                : a_scale;
   // The blocked scales of K and of k_run have the same atoms: k_run < K rounded up to 128.
-  MxScales const sc = blocked_scales(op, mod, a_scale, p.m, b_scale, p.n, p.k, layouts, stream);
+  MxScales const sc = blocked_scales(op, mod, a_scale_run, p.m, b_scale, p.n, p.k, layouts, stream, gemv);
 
-  at::ScalarType const kernel_out = e.d_dtype == DType::FP32 ? at::kFloat : at::kBFloat16;
+  at::ScalarType const kernel_out = e.d_dtype == DType::FP32   ? at::kFloat
+                                    : e.d_dtype == DType::FP16 ? at::kHalf
+                                                               : at::kBFloat16;
   int64_t const kernel_elem = c10::elementSize(kernel_out);
   // pad_d: a TMA store writes whole 16-byte chunks; D is then narrowed back to N columns.
   int64_t const ldd = c.pad_d ? (p.n * kernel_elem + 15) / 16 * 16 / kernel_elem : p.n;
@@ -467,6 +477,8 @@ at::Tensor run_mx(char const* op, Problem const& p, DType b_dtype, std::optional
   args.scale_mode = ScaleMode::Block32;
   args.scale_a = (e.swap_ab ? sc.b : sc.a).data_ptr();
   args.scale_b = (e.swap_ab ? sc.a : sc.b).data_ptr();
+  if (gemv && layouts.a == ScaleLayout::Plain)
+    args.ld_scale_b = a_scale_run.size(0) > 1 ? a_scale_run.stride(0) : std::max<int64_t>(1, mx_blocks(p.k));
   args.sm_count = req.sm_count;
   at::Tensor const workspace = attach_workspace(e, args, a.options());
   at::Tensor const bias = attach_epilogue(e, args, epi, kernel_out);

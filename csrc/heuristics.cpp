@@ -72,6 +72,14 @@ constexpr double kCopyLaunchUs = 6.0;          // one extra copy (pad_m), mostly
 // Split-K: the reducer's flag round trip through L2 after the slowest partial, and the partials'
 // stores and loads around it. A prior, not yet fitted to a sweep.
 constexpr double kSplitFixupUs = 2.0;
+// The MX decode GEMV (KernelStyle::Gemv): a weight stream at the copy rate, plus a fixed cost
+// (ramp of the first stages, the last strips' cross-CTA reduction), or, at larger M, its issue
+// rate: per 16 weight rows x 32 K and n8 token tile an mma.sync with its scale FMULs and FFMAs,
+// plus the e2m1 -> e4m3 conversion once per 16 x 32 weights (clocks of one SM, 4 schedulers).
+constexpr double kGemvStreamShare = 0.92;  // of the DRAM rate the GEMMs reach (ArchCost)
+constexpr double kGemvFixedUs = 2.0;
+constexpr double kGemvClkPerMma = 4.0;
+constexpr double kGemvClkPerConvert = 5.0;
 }  // namespace model
 
 }  // namespace
@@ -124,6 +132,25 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   e.us = std::max({e.mma_us, e.dram_us + kL2ShareOfDram * e.l2_us, e.l2_us}) + e.oob_us + c.launch_us +
          (splits > 1 ? kSplitFixupUs : 0.0);
   if (pad_m) e.us += kCopyLaunchUs + 2.0 * double(r.m * r.k * ea) / c.dram_bytes_per_us;
+  return e;
+}
+
+Estimate estimate_gemv(Request const& r, KernelGeometry const& g, ArchCost const& c) {
+  using namespace model;
+  Estimate e;
+  bool const e2m1 = r.a == DType::E2M1;  // oriented: the weight is the kernel's A
+  int64_t const strips = cdiv(r.m, g.tile_m), row_bytes = e2m1 ? r.k / 2 : r.k;
+  int64_t const units = strips * cdiv(row_bytes, 256);
+  int64_t const workers = std::max<int64_t>(1, std::min<int64_t>(units, r.sm_count));
+  e.waves = 1;
+  e.tile_eff = double(r.n) / double(g.tile_n);
+  double const bytes = double(r.m) * row_bytes + double(r.m) * cdiv(r.k, 32) + double(r.n) * r.k * 1.0;
+  // Few units (a narrow weight) leave SMs idle: then one SM's inflow bounds the stream.
+  e.dram_us = std::max(bytes / (c.dram_bytes_per_us * kGemvStreamShare), bytes / (workers * c.sm_load_bytes_per_us));
+  double const mmas = double(cdiv(r.m, 16)) * cdiv(r.k, 32);  // per n8 token tile
+  double const clk = mmas * (cdiv(r.n, 8) * kGemvClkPerMma + (e2m1 ? kGemvClkPerConvert : 0.0)) / workers;
+  e.mma_us = clk / (c.clock_ghz * 1e3);
+  e.us = std::max(e.dram_us, e.mma_us) + kGemvFixedUs + c.launch_us;
   return e;
 }
 
@@ -235,6 +262,20 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
       reject(e.config, "scale mode differs");
       continue;
     }
+    if (e.geometry.style == KernelStyle::Gemv) {
+      // The MX decode GEMV: tokens on its n8 MMA tiles, whole 1x32 blocks streamed by 16-byte
+      // bulk copies. A forced config that cannot run says why, not "no variant".
+      std::string why;
+      if (r.m > e.geometry.tile_n)
+        why = "MX decode GEMV: M = " + std::to_string(r.m) + " exceeds its " + std::to_string(e.geometry.tile_n) + " tokens";
+      else if (r.k % 32)
+        why = "MX decode GEMV: K = " + std::to_string(r.k) + " is not a multiple of 32 (its bulk copies stream whole 1x32 blocks)";
+      if (!why.empty()) {
+        TORCH_CHECK_VALUE(!r.config, msg(op, ": config '", *r.config, "': ", why));
+        reject(e.config, why);
+        continue;
+      }
+    }
     if (e.fast_accum && !r.fast_accum) {
       reject(e.config, "accumulates fast (reduced precision); use_fast_accum=False asks for promoted fp32 sums");
       continue;
@@ -282,7 +323,10 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                                                            : ", MX scales applied by the tensor core (block_scale MMA)")
                         : e.a_dtype == DType::E4M3 ? (e.fast_accum ? ", fast accumulation" : ", promoted fp32 accumulation")
                                                    : "") +
-                       (e.swap_ab ? ", swap-AB (weight on the MMA's M side, D written transposed)" : "") +
+                       (e.geometry.style == KernelStyle::Gemv
+                            ? ", decode GEMV: mma.sync m16n8k32 over 128-row weight strips, stream-K across SMs with "
+                              "a fixed-order reduction of shared strips, activation scales read plain"
+                        : e.swap_ab ? ", swap-AB (weight on the MMA's M side, D written transposed)" : "") +
                        (e.geometry.split_k > 1
                             ? ", split-K " + std::to_string(std::min<int64_t>(e.geometry.split_k,
                                                                               cdiv(r.k, e.geometry.tile_k))) +

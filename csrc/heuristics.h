@@ -78,7 +78,10 @@ inline Request oriented(Request r, KernelEntry const& e) {
   }
   return r;
 }
+// The MX decode GEMV's estimate (KernelStyle::Gemv): its own model, a weight stream.
+Estimate estimate_gemv(Request const& req, KernelGeometry const& geometry, ArchCost const& cost);
 inline Estimate estimate(Request const& req, KernelEntry const& e, ArchCost const& cost, bool pad_m = false) {
+  if (e.geometry.style == KernelStyle::Gemv) return estimate_gemv(oriented(req, e), e.geometry, cost);
   return estimate(oriented(req, e), e.geometry, cost, pad_m, promoted_fp8(e), e.scale_mode == ScaleMode::Block32);
 }
 

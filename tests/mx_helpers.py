@@ -43,6 +43,21 @@ def mx_configs(op: str) -> list[str]:
     return built_configs(MX_FAMILY[op], arch=ARCH)
 
 
+def gemv_tokens(name: str) -> int:
+    """Tokens of an MX decode GEMV config (its tile_n), 0 for any other config."""
+    from persistent_gemm.catalogue import KernelConfig
+
+    cfg = KernelConfig.from_name(name)
+    return cfg.tile[1] if cfg.kernel == "gemv" else 0
+
+
+def forced_fits(name: str, m: int, k: int) -> bool:
+    """Whether a forced ``name`` can serve M x K: the decode GEMVs take M <= their tokens and
+    whole 1x32 blocks (K % 32 == 0); every other MX config any shape."""
+    t = gemv_tokens(name)
+    return not t or (m <= t and k % 32 == 0)
+
+
 def mx_built(op: str) -> bool:
     return bool(mx_configs(op))
 

@@ -33,6 +33,8 @@ from conftest import (
 )
 from mx_helpers import (
     LAYOUTS,
+    forced_fits,
+    gemv_tokens,
     MX_FAMILY,
     MX_FLOOR,
     MX_OPS,
@@ -222,7 +224,10 @@ OP_OF = {fam: op for op, fam in MX_FAMILY.items()}
 def _config_shapes(name, op):
     """Tail shapes of a config: M and N one tile and a bit past whole clusters, both ways round
     (a ``_swapab`` config runs the weight as the MMA's A operand, so its N is the tile's M side),
-    plus M = 1."""
+    plus M = 1. A decode GEMV config: M up to its tokens, whole 1x32 blocks, N past two strips."""
+    if gemv_tokens(name):
+        t = gemv_tokens(name)
+        return [(1, 2 * 128 + 33, 992), (t, 129, 96), (max(1, t - 1), 1000, 4096)]
     try:
         cfg = catalogue_config(name)
         (tm, tn), (cm, cn) = cfg.cta_tile[:2], cfg.schedule.cluster
@@ -260,7 +265,7 @@ def test_mx_every_config_k_tile_counts(name, k_tiles):
     and the prefill ones block by block, so the loop's tails differ by parity."""
     op = OP_OF[family_of(name)]
     k = 128 * k_tiles - (32 if k_tiles > 1 else 0)  # a partial last K-tile where there are several
-    for m, n in ((1, 300), (37, 130)):
+    for m, n in ((1, 300), (min(37, gemv_tokens(name) or 37), 130)):
         args = mx_operands(op, m, n, k, seed=k_tiles * 11 + m)
         out = run(op, args, BF16, "plain", config=name)
         assert out.shape == (m, n)
@@ -288,7 +293,7 @@ def test_mx_prepared_weight(op, mnk, a_layout):
     # Preparing changes where the weight scales come from, not the math: with the same config,
     # bitwise the unprepared call (b's scales plain, and blocked).
     for name in mx_configs(op):
-        if FP32 not in config_out_dtypes(name):
+        if FP32 not in config_out_dtypes(name) or not forced_fits(name, m, k):
             continue
         got = mx_call(op, (a, a_s, pw), out_dtype=FP32, scale_layout=a_layout, config=name)
         for b_layout, b_s in (("plain", sb), ("blocked", pg.to_blocked(sb))):

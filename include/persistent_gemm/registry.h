@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 8;
+constexpr int kRegistryAbiVersion = 9;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -39,6 +39,8 @@ struct GemmArgs {
   bool d_pad_writable = false;
   const void* scale_a = nullptr;  // fp32 for Tensorwise/Rowwise, e8m0 (M, ceil(K/32)) for Block32
   const void* scale_b = nullptr;  // fp32 for Tensorwise/Rowwise, e8m0 (N, ceil(K/32)) for Block32
+  // Block32 scales are blocked (128 x 4 atoms) except where a kernel reads plain rows: then these
+  // are their row strides in bytes (the Gemv style's activation scales; 0: blocked).
   int64_t ld_scale_a = 0, ld_scale_b = 0;
   ScaleMode scale_mode = ScaleMode::None;
   int32_t sm_count = 0;     // multiprocessors of the device (persistent grid size)
@@ -77,7 +79,9 @@ struct QuantizeJob {
 };
 
 // The kernel style of a config (catalogue.py's `kernel`).
-enum class KernelStyle : int32_t { Cooperative = 0, PingPong = 1, Umma1Sm = 2, Umma2Sm = 3 };
+// Gemv: the MX decode kernel (kernel/sm90_mx_gemv.hpp), stream-K over 128-row weight strips; it
+// reads the activations' e8m0 scales as they come (plain rows of GemmArgs::ld_scale_b bytes).
+enum class KernelStyle : int32_t { Cooperative = 0, PingPong = 1, Umma1Sm = 2, Umma2Sm = 3, Gemv = 4 };
 
 // A config's geometry, written by codegen beside the name so the dispatcher's cost model never
 // parses names on the hot path.

@@ -81,7 +81,7 @@ _B200 = CostModel(
 
 ARCHS: dict[str, ArchSpec] = {a.name: a for a in (
     ArchSpec(name="sm90a", sm=(9, 0), torch_arch="9.0a", gencode="-gencode=arch=compute_90a,code=sm_90a",
-             min_nvcc=(12, 0), styles=("cooperative", "pingpong"), default_style="cooperative",
+             min_nvcc=(12, 0), styles=("cooperative", "pingpong", "gemv"), default_style="cooperative",
              builder_header="sm90_gemm_builder", sm_count=132, part="H200", cost=_H200,
              fused_bias=True, validated_on_hardware=True),
     ArchSpec(name="sm100a", sm=(10, 0), torch_arch="10.0a", gencode="-gencode=arch=compute_100a,code=sm_100a",

@@ -23,7 +23,7 @@ from .schedule import TileSchedule
 
 Arch = Literal["sm90a", "sm100a"]  # for type checkers; the values come from archs.ARCHS
 Dtype = Literal["bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"]
-Kernel = Literal["cooperative", "pingpong", "1sm", "2sm"]
+Kernel = Literal["cooperative", "pingpong", "gemv", "1sm", "2sm"]
 Accum = Literal["promoted", "fast"]
 
 ARCHS: tuple[str, ...] = ARCH_NAMES
@@ -31,7 +31,7 @@ DTYPES: tuple[str, ...] = ("bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1")
 #: bytes per element of the A operand, per dtype family (for K-tile and footprint rules)
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1, "mxfp8": 1, "e4m3xe2m1": 1}
 KERNEL_STYLES = {a.name: a.styles for a in _ARCH_SPECS.values()}
-_STYLE_TOKEN = {"cooperative": "coop", "pingpong": "pp", "1sm": "1sm", "2sm": "2sm"}
+_STYLE_TOKEN = {"cooperative": "coop", "pingpong": "pp", "gemv": "gemv", "1sm": "1sm", "2sm": "2sm"}
 _TOKEN_STYLE = {v: k for k, v in _STYLE_TOKEN.items()}
 #: Accumulation modes. "promoted": FP8 partial sums are added into an fp32 accumulator every
 #: K-tile (torch._scaled_mm's default, use_fast_accum=False); "fast": they stay in the tensor
@@ -52,6 +52,11 @@ SM100_MX_TILE_K = 128
 SM100_MX_TILE_N = 128
 SM100_SMEM_BYTES = 232448               # opt-in dynamic shared memory per CTA
 SM100_MX_EPILOGUE_SMEM_BYTES = 17408    # the TMA-store epilogue's staging + barriers (estimate)
+#: The MX decode kernel (kernel style "gemv", kernel/sm90_mx_gemv.hpp): 128-row weight strips,
+#: 256 weight bytes per row per work unit, 8..64 tokens (whole n8 MMA tiles), stream-K over strips.
+GEMV_STRIP_ROWS = 128
+GEMV_CHUNK_BYTES = 256
+GEMV_TOKENS: tuple[int, ...] = (8, 16, 32, 64)
 #: Name token of swap-AB configs: the weight is the MMA's A operand, D is written transposed.
 _SWAP_TOKEN = "swapab"
 
@@ -132,6 +137,8 @@ class KernelConfig:
             return f"schedule must be a TileSchedule, got {type(self.schedule).__name__}"
         if len(self.tile) != 3:
             return f"tile must be (tile_m, tile_n, tile_k), got {self.tile}"
+        if self.kernel == "gemv":
+            return self._gemv_rejection()
         tm, tn, tk = self.tile
         if self.stages is not None and not 2 <= self.stages <= 12:
             return f"stages must be None (auto) or in [2, 12], got {self.stages}"
@@ -165,6 +172,31 @@ class KernelConfig:
                 return f"2sm kernels pair CTAs along M: cluster_m must be even, got {self.schedule.cluster_m}"
             if self.dtype in MX_DTYPES:
                 return self._sm100_mx_rejection()
+        return None
+
+    def _gemv_rejection(self) -> Optional[str]:
+        """The rules of the MX decode kernel (mirrors the static_asserts and can_implement of
+        kernel/sm90_mx_gemv.hpp): its schedule is stream-K over weight strips, so the 2-D tile
+        schedule's knobs do not apply and must stay at their defaults."""
+        tm, tn, tk = self.tile
+        s = self.schedule
+        if self.dtype not in MX_DTYPES:
+            return f"kernel='gemv' is the MX decode kernel ({', '.join(MX_DTYPES)}), not {self.dtype}"
+        if not self.swap_ab:
+            return "gemv kernels are swap_ab: the weight is the mma's 16-row A side, the tokens its n8 side"
+        if tm != GEMV_STRIP_ROWS:
+            return f"gemv kernels stream {GEMV_STRIP_ROWS}-row weight strips (one scale atom of rows): tile_m must be {GEMV_STRIP_ROWS}, got {tm}"
+        if tn not in GEMV_TOKENS:
+            return f"gemv kernels take whole n8 token tiles, at most 8: tile_n must be one of {GEMV_TOKENS}, got {tn}"
+        want_k = GEMV_CHUNK_BYTES * (2 if self.dtype == "e4m3xe2m1" else 1)
+        if tk != want_k:
+            return (f"gemv kernels stream {GEMV_CHUNK_BYTES} weight bytes per row per unit: tile_k must be {want_k} "
+                    f"for {self.dtype}, got {tk}")
+        if (s.swizzle, s.cluster, s.raster, s.split_k) != (1, (1, 1), "row", 1):
+            return ("gemv kernels are scheduled stream-K over weight strips (schedule.strip_stream_k): swizzle, "
+                    f"cluster, raster and split_k do not apply (use sw1, 1x1, row, split_k=1), got {s}")
+        if self.stages is not None:
+            return "gemv kernels size their stage ring from shared memory: stages must be None"
         return None
 
     def _sm100_mx_rejection(self) -> Optional[str]:
@@ -274,7 +306,7 @@ class KernelConfig:
         if not m:
             raise ConfigError(
                 f"config name {name!r} is not of the form "
-                "<arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>[_sk<split_k>]_<coop|pp|1sm|2sm>"
+                "<arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>[_sk<split_k>]_<coop|pp|gemv|1sm|2sm>"
                 "[_swapab][_fastacc][_s<stages>]"
             )
         g = m.groupdict()
@@ -324,6 +356,7 @@ class KernelConfig:
             "kernel_style": {
                 "cooperative": "persistent_gemm::kernel::Cooperative",
                 "pingpong": "persistent_gemm::kernel::PingPong",
+                "gemv": "persistent_gemm::kernel::Gemv",
                 "1sm": "persistent_gemm::kernel::Umma1Sm",
                 "2sm": "persistent_gemm::kernel::Umma2Sm",
             }[self.kernel],
@@ -337,7 +370,7 @@ class KernelConfig:
 
 _NAME_RE = re.compile(
     rf"(?P<arch>{'|'.join(ARCHS)})_(?P<dtype>bf16|fp16|e4m3xe2m1|e4m3|mxfp8)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)"
-    r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)(?:_sk(?P<sk>\d+))?_(?P<style>coop|pp|1sm|2sm)(?P<swap>_swapab)?(?P<accum>_fastacc)?(?:_s(?P<stages>\d+))?"
+    r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)(?:_sk(?P<sk>\d+))?_(?P<style>coop|pp|gemv|1sm|2sm)(?P<swap>_swapab)?(?P<accum>_fastacc)?(?:_s(?P<stages>\d+))?"
 )
 
 
@@ -395,6 +428,10 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     _cfg((128, 128, 128), 8, (1, 2), dtype="e4m3xe2m1", swap_ab=True),
     _cfg((64, 16, 128), 8, (1, 1), kernel="pingpong", dtype="e4m3xe2m1", swap_ab=True),
     _cfg((64, 64, 128), 8, (1, 1), kernel="pingpong", dtype="e4m3xe2m1", swap_ab=True),
+    # MX decode (M <= 64): the stream-K tensor-core GEMV, one config per token tile (8, 16, 32, 64
+    # tokens: M <= 8 runs one n8 MMA tile). Both families' configs are one translation unit each.
+    *(_cfg((GEMV_STRIP_ROWS, t, GEMV_CHUNK_BYTES * w), 1, (1, 1), kernel="gemv", dtype=d, swap_ab=True)
+      for d, w in (("mxfp8", 1), ("e4m3xe2m1", 2)) for t in GEMV_TOKENS),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a"),
     # SM100 MX (tcgen05 block_scale MMAs, kind::mxf8f6f4; compiled and SASS-checked, not run by
     # this project): a 1-SM and a 2-SM tile per family, per-CTA N = 128 (see _sm100_mx_rejection).

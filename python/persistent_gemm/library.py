@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
-__all__ = ["Element", "ELEMENTS", "Variant", "Lowering", "LOWERINGS", "lowering", "fit_variants"]
+__all__ = ["Element", "ELEMENTS", "Variant", "Lowering", "LOWERINGS", "lowering", "fit_variants", "GEMV_VARIANTS"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,9 @@ class Lowering:
     epilogue_args: bool = False
     #: MX builders (Sm90MxGemm): the C++ tag of the X operand's element in the mainloop
     operand_x: Optional[str] = None
+    #: The MX decode kernel (Sm90MxGemv, kernel style "gemv"): the C++ tag of the weight's bytes;
+    #: None where the family has none
+    gemv_weight: Optional[str] = None
     #: which kernel translation-unit template codegen fills: "gemm" (Sm90Gemm / Sm100Gemm),
     #: "sm90_mx" (Sm90MxGemm), "sm100_mx" (Sm100MxGemm)
     tu: str = "gemm"
@@ -115,10 +118,18 @@ _SM100_MX = dict(builder="persistent_gemm::kernel::Sm100MxGemm", header="sm100_m
                  primary=(Variant(True, True, "bf16", "block"), Variant(True, True, "fp32", "block")),
                  tuned=(Variant(True, True, "bf16", "block"),))
 
+# The MX decode kernel (style "gemv") writes every output dtype itself: predicated scalar stores,
+# no TMA box, so fp16 needs no cast and an unaligned N no padded D. Instantiations are small (no
+# CUTLASS collective), and one TU holds a family's gemv configs.
+GEMV_HEADER = "sm90_mx_gemv"
+GEMV_BUILDER = "persistent_gemm::kernel::Sm90MxGemv"
+GEMV_VARIANTS = tuple(Variant(True, True, d, "block", False) for d in ("bf16", "fp16", "fp32"))
+
 LOWERINGS: dict[tuple[str, str], Lowering] = {(r.arch, r.family): r for r in (
-    Lowering("sm90a", "mxfp8", "e4m3", "e4m3", operand_x="persistent_gemm::collective::MxOperandE4m3", **_SM90_MX),
+    Lowering("sm90a", "mxfp8", "e4m3", "e4m3", operand_x="persistent_gemm::collective::MxOperandE4m3",
+             gemv_weight="persistent_gemm::kernel::GemvWeightE4m3", **_SM90_MX),
     Lowering("sm90a", "e4m3xe2m1", "e4m3", "e2m1", operand_x="persistent_gemm::collective::MxOperandE2m1",
-             **_SM90_MX),
+             gemv_weight="persistent_gemm::kernel::GemvWeightE2m1", **_SM90_MX),
     Lowering("sm90a", "bf16", "bf16", "bf16", **_SM90, **_sixteen_bit_sm90("bf16")),
     Lowering("sm90a", "fp16", "fp16", "fp16", **_SM90, **_sixteen_bit_sm90("fp16")),
     Lowering("sm90a", "e4m3", "e4m3", "e4m3", **_SM90,

@@ -24,8 +24,6 @@
 // Stages == 0 sizes the smem ring from what the epilogue leaves free.
 #pragma once
 
-#include <atomic>
-#include <random>
 #include <cstdint>
 #include <type_traits>
 
@@ -47,6 +45,7 @@
 #include "persistent_gemm/epilogue/sm90_predicated_epilogue.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
+#include "persistent_gemm/kernel/split_nonce.hpp"
 #include "persistent_gemm/registry.h"
 
 namespace persistent_gemm::kernel {
@@ -54,19 +53,6 @@ namespace persistent_gemm::kernel {
 // Accumulation tags (catalogue.py's KernelConfig.accum).
 struct AccumPromoted {};
 struct AccumFast {};
-
-// Split-K flags' per-launch values (Sm90GemmPersistent::split_fixup): a random 64-bit start per
-// process (no earlier process's leftovers match, nor do small integers or float bit patterns
-// by more than chance, 2^-64), then one step per launch; never 0 (the cleared state).
-inline uint64_t next_split_nonce() {
-  static std::atomic<uint64_t> counter{0};
-  static uint64_t const seed = [] {
-    std::random_device rd;
-    return uint64_t(rd()) << 32 | rd();
-  }();
-  uint64_t const n = seed + counter.fetch_add(1, std::memory_order_relaxed);
-  return n != 0 ? n : 1;
-}
 
 namespace sm90_detail {
 

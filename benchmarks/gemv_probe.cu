@@ -1,0 +1,152 @@
+// A standalone probe of the MX decode kernel (kernel/sm90_mx_gemv.hpp), without torch: random
+// MX operands, a float64 host reference, and the kernel time in CUDA-graph replay with the
+// weights rotated past L2. For kernel development between extension builds; the project's
+// numbers come from benchmarks/bench_mx.py.
+//
+//   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -I$CUTLASS/include --expt-relaxed-constexpr \
+//        benchmarks/gemv_probe.cu -o /tmp/gemv_probe && /tmp/gemv_probe fp4 1 8192 8192
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "persistent_gemm/kernel/sm90_mx_gemv.hpp"
+
+using namespace persistent_gemm;
+
+#define CK(x)                                                                               \
+  do {                                                                                      \
+    cudaError_t e_ = (x);                                                                   \
+    if (e_ != cudaSuccess) {                                                                \
+      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));        \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+
+static double e4m3(uint8_t b) {
+  int const s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+  double const v = e ? std::ldexp(1.0 + m / 8.0, e - 7) : std::ldexp(m / 8.0, -6);
+  return s ? -v : v;
+}
+static double e2m1(uint8_t c) {
+  static double const mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  return (c & 8) ? -mag[c & 7] : mag[c & 7];
+}
+
+template <class Gemv>
+int probe(int M, int N, int K, int iters, bool fp4) {
+  std::mt19937 rng(1234);
+  int const wrow = fp4 ? K / 2 : K, kb = K / 32, ka = (kb + 3) / 4, bands = (N + 127) / 128;
+  std::vector<uint8_t> w(size_t(N) * wrow), x(size_t(M) * K), ws(size_t(N) * kb), xs(size_t(M) * kb);
+  for (auto& b : w) { b = rng() & 0xFF; if (!fp4 && (b & 0x7F) == 0x7F) b = 0x3F; }
+  for (auto& b : x) { b = rng() & 0xFF; if ((b & 0x7F) == 0x7F) b = 0x3F; }
+  for (auto& b : ws) b = 110 + rng() % 30;
+  for (auto& b : xs) b = 110 + rng() % 30;
+  std::vector<uint8_t> wsb(size_t(bands) * ka * 512, 127);
+  for (int r = 0; r < N; ++r)
+    for (int b = 0; b < kb; ++b)
+      wsb[(size_t(r / 128) * ka + b / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + b % 4] = ws[size_t(r) * kb + b];
+  // Copies of the weight rotated through, so each launch streams it from DRAM.
+  size_t const wbytes = w.size() + wsb.size();
+  int const copies = int(std::max<size_t>(1, (size_t(200) << 20) / wbytes + 1));
+  std::vector<uint8_t*> dw(copies), dws(copies);
+  for (int c = 0; c < copies; ++c) {
+    CK(cudaMalloc(&dw[c], w.size()));
+    CK(cudaMalloc(&dws[c], wsb.size()));
+    CK(cudaMemcpy(dw[c], w.data(), w.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dws[c], wsb.data(), wsb.size(), cudaMemcpyHostToDevice));
+  }
+  uint8_t *dx, *dxs;
+  float* dd;
+  CK(cudaMalloc(&dx, x.size()));
+  CK(cudaMalloc(&dxs, xs.size()));
+  CK(cudaMalloc(&dd, size_t(M) * N * 4));
+  CK(cudaMemcpy(dx, x.data(), x.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dxs, xs.data(), xs.size(), cudaMemcpyHostToDevice));
+  int dev = 0, sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  GemmArgs g;
+  g.m = N, g.n = M, g.k = K;
+  g.a = dw[0], g.lda = wrow, g.b = dx, g.ldb = K, g.d = dd, g.ldd = N;
+  g.scale_a = dws[0], g.scale_b = dxs, g.ld_scale_b = kb;
+  g.scale_mode = ScaleMode::Block32;
+  g.sm_count = sms;
+  void* wsp = nullptr;
+  g.workspace_bytes = Gemv::workspace_bytes(g);
+  CK(cudaMalloc(&wsp, g.workspace_bytes + 256));
+  CK(cudaMemset(wsp, 0, g.workspace_bytes));
+  g.workspace = wsp;
+  CK(cudaMemset(dd, 0xFF, size_t(M) * N * 4));
+  CK(Gemv::run(g, 0));
+  CK(cudaDeviceSynchronize());
+  std::vector<float> d(size_t(M) * N);
+  CK(cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost));
+  double worst = 0;
+  for (int t = 0; t < M; ++t)
+    for (int r = 0; r < N; r += (N > 4096 ? 7 : 1)) {
+      double s = 0, mag = 0;
+      for (int k = 0; k < K; ++k) {
+        double const wv = fp4 ? e2m1((w[size_t(r) * wrow + k / 2] >> (4 * (k % 2))) & 15) : e4m3(w[size_t(r) * wrow + k]);
+        double const p = wv * std::ldexp(1.0, ws[size_t(r) * kb + k / 32] - 127) * e4m3(x[size_t(t) * K + k]) *
+                         std::ldexp(1.0, xs[size_t(t) * kb + k / 32] - 127);
+        s += p, mag += std::fabs(p);
+      }
+      double const err = std::fabs(d[size_t(t) * N + r] - s) / (mag + 1e-30);
+      if (!(err <= worst)) worst = err;  // NaN sticks
+    }
+  // Graph of `per` launches over rotating weights; median of replays.
+  int const per = 20;
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < per; ++i) {
+    g.a = dw[i % copies], g.scale_a = dws[i % copies];
+    CK(Gemv::run(g, st));
+  }
+  CK(cudaStreamEndCapture(st, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<float> times;
+  for (int it = 0; it < iters + 3; ++it) {
+    CK(cudaEventRecord(e0, st));
+    CK(cudaGraphLaunch(exec, st));
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (it >= 3) times.push_back(ms * 1000 / per);
+  }
+  std::sort(times.begin(), times.end());
+  double const us = times[times.size() / 2];
+  std::printf("%s M=%d N=%d K=%d tokens=%d stages=%d workers=%d: %.2f us, %.2f TB/s of weight+scales, "
+              "max rel err %.3g\n", fp4 ? "fp4" : "fp8", M, N, K, int(Gemv::kNTiles * 8), int(Gemv::kStages),
+              int(Gemv::schedule(g).workers), us, wbytes / us * 1e-6, worst);
+  return worst < 1e-5 ? 0 : 1;
+}
+
+template <class W>
+int dispatch(int M, int N, int K, int iters, bool fp4) {
+  if (M <= 8) return probe<kernel::Sm90MxGemv<W, float, 8>>(M, N, K, iters, fp4);
+  if (M <= 16) return probe<kernel::Sm90MxGemv<W, float, 16>>(M, N, K, iters, fp4);
+  if (M <= 32) return probe<kernel::Sm90MxGemv<W, float, 32>>(M, N, K, iters, fp4);
+  return probe<kernel::Sm90MxGemv<W, float, 64>>(M, N, K, iters, fp4);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::printf("usage: %s fp4|fp8 M N K [iters]\n", argv[0]);
+    return 2;
+  }
+  bool const fp4 = std::string(argv[1]) == "fp4";
+  int const M = std::atoi(argv[2]), N = std::atoi(argv[3]), K = std::atoi(argv[4]);
+  int const iters = argc > 5 ? std::atoi(argv[5]) : 20;
+  return fp4 ? dispatch<kernel::GemvWeightE2m1>(M, N, K, iters, true)
+             : dispatch<kernel::GemvWeightE4m3>(M, N, K, iters, false);
+}

@@ -1,0 +1,246 @@
+// The MX decode kernel (SM90, M <= 64 tokens): a stream-K tensor-core GEMV for mxfp8_mm and
+// fp8_fp4_mm. No wgmma and no per-32 wait: each 1x32 block is one mma.sync.m16n8k32 e4m3 whose
+// fp32 result is scaled and added (FFMA) while the next block's mma is already issued.
+//
+//   persistent_gemm::kernel::Sm90MxGemv<OperandW, ElementD, Tokens>::run(GemmArgs const&, stream)
+//
+// GemmArgs in the swap-AB orientation of the MX kernels: a = the weight, (N rows, K) e4m3 or
+// packed e2m1, 16-byte aligned rows (prepare_weight's operand); scale_a its blocked e8m0 scales
+// (128-row x 4-block atoms); b = the activations (M <= Tokens rows, K) e4m3; scale_b their e8m0
+// scales, read as they come: plain (M, ceil(K/32)) rows of ld_scale_b bytes, or blocked when
+// ld_scale_b == 0. d = D (M, N) row-major.
+//
+// Work: the weight's 128-row strips x 256-byte K chunks, dealt to one CTA per SM as contiguous
+// strip-major ranges (scheduler/strip_stream_k.hpp). Roles per CTA:
+//   warp 8      bulk-copies each unit's weight rows (L2 evict-first), scale atoms and activation
+//               rows into a ring of stages; the weight of the first stages before the PDL wait.
+//   warp 9      copies the unit's activation scales into the stage (plain or blocked, so no
+//               relayout kernel runs per call), one unit ahead in registers.
+//   warps 0..7  16 weight rows each: per block, LDS the A fragment (e2m1 -> e4m3 in registers),
+//               the tokens' B fragment, mma into a temporary, acc += temp * (s_x * s_w).
+// Strips shared by CTAs are reduced in fixed order through per-warp fp32 slots and nonce flags
+// (no memset, bitwise reproducible); docs/design/mx_decode_gemv.md has the protocol.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_runtime_api.h>
+
+#include "cutlass/arch/barrier.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_conversion.h"
+#include "cutlass/numeric_types.h"
+
+#include "persistent_gemm/collective/mx_block_scales.hpp"
+#include "persistent_gemm/kernel/cluster_launch.hpp"
+#include "persistent_gemm/kernel/split_nonce.hpp"
+#include "persistent_gemm/registry.h"
+#include "persistent_gemm/scheduler/strip_stream_k.hpp"
+
+namespace persistent_gemm::kernel {
+
+// Weight operand tags of the decode kernel (what the weight's bytes are).
+struct GemvWeightE4m3 {};
+struct GemvWeightE2m1 {};
+
+namespace gemv_detail {
+
+constexpr int kStripRows = 128;     // one blocked-layout scale atom of rows
+constexpr int kChunkBytes = 256;    // weight bytes per row per work unit
+constexpr int kConsumerWarps = kStripRows / 16;
+constexpr int kProducerWarp = kConsumerWarps, kScaleWarp = kConsumerWarps + 1;
+constexpr int kThreads = (kConsumerWarps + 2) * 32;
+constexpr int kSmemBytes = 232448;  // SM90 opt-in dynamic shared memory per CTA
+constexpr int kMaxStages = 6;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PGEMM_GEMV_DEVICE 1
+#endif
+
+// By value: std::min's references would odr-use the constexpr members in device code.
+CUTLASS_HOST_DEVICE constexpr int imin(int a, int b) { return a < b ? a : b; }
+
+CUTLASS_DEVICE uint32_t smem_u32(void const* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+CUTLASS_DEVICE uint64_t evict_first_policy() {
+  uint64_t policy = 0;
+#ifdef PGEMM_GEMV_DEVICE
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
+// One 1-D bulk copy global -> shared, completing `bytes` on the mbarrier (16-byte multiples).
+CUTLASS_DEVICE void bulk_g2s(void* dst, void const* src, uint32_t bytes, uint64_t* bar, uint64_t policy,
+                             bool hint) {
+#ifdef PGEMM_GEMV_DEVICE
+  if (hint)
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+        ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy) : "memory");
+  else
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
+#endif
+}
+
+// D(16x8) += A(16x32 e4m3) . B(32x8 e4m3), fp32, starting from zero.
+CUTLASS_DEVICE void mma_e4m3(float (&d)[4], uint32_t const (&a)[4], uint32_t b0, uint32_t b1) {
+#ifdef PGEMM_GEMV_DEVICE
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+#endif
+}
+
+// Programmatic dependent launch (griddepcontrol): the kernel is launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization, so it may start before the previous kernel
+// on the stream has finished; nothing that kernel writes is read before wait_prerequisites().
+CUTLASS_DEVICE void launch_dependents() {
+#ifdef PGEMM_GEMV_DEVICE
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+CUTLASS_DEVICE void wait_prerequisites() {
+#ifdef PGEMM_GEMV_DEVICE
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+CUTLASS_DEVICE uint64_t ld_acquire(uint64_t const* p) {
+  uint64_t v = 0;
+#ifdef PGEMM_GEMV_DEVICE
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+#endif
+  return v;
+}
+CUTLASS_DEVICE void st_release(uint64_t* p, uint64_t v) {
+#ifdef PGEMM_GEMV_DEVICE
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#endif
+}
+
+}  // namespace gemv_detail
+
+template <class OperandW, class ElementD, int Tokens>
+struct Sm90MxGemv {
+  static constexpr bool kE2m1 = std::is_same_v<OperandW, GemvWeightE2m1>;
+  static_assert(kE2m1 || std::is_same_v<OperandW, GemvWeightE4m3>, "OperandW: GemvWeightE4m3 or GemvWeightE2m1");
+  static_assert(Tokens == 8 || Tokens == 16 || Tokens == 32 || Tokens == 64,
+                "MX decode kernel: Tokens must be 8, 16, 32 or 64 (whole n8 MMA tiles, at most 8)");
+  static_assert(std::is_same_v<ElementD, cutlass::bfloat16_t> || std::is_same_v<ElementD, cutlass::half_t> ||
+                    std::is_same_v<ElementD, float>,
+                "MX decode kernel: D is bf16, fp16 or fp32");
+  using Schedule = scheduler::StripStreamK;
+  static constexpr int kNTiles = Tokens / 8;
+  static constexpr int kChunkK = kE2m1 ? 2 * gemv_detail::kChunkBytes : gemv_detail::kChunkBytes;
+  static constexpr int kBlocks = kChunkK / 32;  // 1x32 scale blocks per unit: 8 (e4m3), 16 (e2m1)
+  static constexpr int kAtoms = kBlocks / 4;    // blocked-layout atoms per unit
+  // Shared-memory row strides, padded so the fragment loads are conflict-free: e4m3 LDS.64 of a
+  // half-warp reads 4 rows x 32 B (row r starts at 16-byte chunk 2r mod 8); e2m1 LDS.32 of a warp
+  // reads 8 rows x 16 B (chunk r mod 8); activation rows as e4m3 weight rows.
+  static constexpr int kWStride = gemv_detail::kChunkBytes + (kE2m1 ? 16 : 32);
+  static constexpr int kXStride = kChunkK + 32;
+  static constexpr int kWBytes = gemv_detail::kStripRows * kWStride;
+  static constexpr int kXBytes = Tokens * kXStride;
+  static constexpr int kSBytes = kAtoms * 512;
+  static constexpr int kXSBytes = kBlocks * Tokens;  // [block][token] e8m0 codes
+  static constexpr int kStageBytes = (kWBytes + kXBytes + kSBytes + kXSBytes + 127) / 128 * 128;
+  static constexpr int kStages = std::min(gemv_detail::kMaxStages, (gemv_detail::kSmemBytes - 256) / kStageBytes);
+  static_assert(kStages >= 2, "MX decode kernel: fewer than two stages fit in shared memory");
+  static constexpr int SharedStorageSize = kStages * kStageBytes + 2 * kStages * 8;
+
+  struct Params {
+    uint8_t const* w;        // (n, K) rows, ldw bytes apart
+    int64_t ldw;
+    uint8_t const* w_scale;  // blocked
+    uint8_t const* x;        // (m, K) e4m3 rows, ldx bytes apart
+    int64_t ldx;
+    uint8_t const* x_scale;  // plain rows ld_x_scale bytes apart, or blocked (ld_x_scale == 0)
+    int64_t ld_x_scale;
+    ElementD* d;
+    int64_t ldd;
+    ElementD const* bias;
+    float alpha, beta;
+    int32_t n, m, k, k_blocks, k_atoms;
+    Schedule sched;
+    uint64_t* flags;  // [worker][consumer warp]
+    float* slots;     // [worker][consumer warp][kNTiles * 4][32]
+    uint64_t nonce;
+  };
+
+  // ---- host ------------------------------------------------------------------------------
+  static Schedule schedule(GemmArgs const& g) {
+    int32_t const strips = (g.m + gemv_detail::kStripRows - 1) / gemv_detail::kStripRows;
+    int32_t const row_bytes = kE2m1 ? g.k / 2 : g.k;
+    int32_t const chunks = (row_bytes + gemv_detail::kChunkBytes - 1) / gemv_detail::kChunkBytes;
+    int32_t const sms = g.max_workers > 0 ? std::min(g.max_workers, g.sm_count) : g.sm_count;
+    return {strips, chunks, Schedule::workers_for(strips, chunks, std::max(sms, 1))};
+  }
+
+  static size_t workspace_bytes(GemmArgs const& g) {
+    if (g.m < 1 || g.k < 1) return 0;
+    Schedule const s = schedule(g);
+    size_t const per_worker = gemv_detail::kConsumerWarps * (8 + size_t(kNTiles) * 4 * 32 * 4);
+    return (size_t(s.workers) * per_worker + 255) / 256 * 256;
+  }
+
+  // Bulk copies need 16-byte aligned sources and sizes: aligned bases and row strides, K % 32
+  // (whole scale blocks; 16-byte rows of packed e2m1).
+  static bool can_implement(GemmArgs const& g) {
+    if (g.scale_mode != ScaleMode::Block32 || g.m < 1 || g.n < 1 || g.n > Tokens || g.k < 32 || g.k % 32) return false;
+    if (!g.a || !g.b || !g.d || !g.scale_a || !g.scale_b || g.sm_count < 1) return false;
+    if (!aligned16(g.a) || !aligned16(g.b) || !aligned16(g.scale_a)) return false;
+    if (g.lda % 16 || g.ldb % 16 || g.lda < (kE2m1 ? g.k / 2 : g.k) || (g.n > 1 && g.ldb < g.k)) return false;
+    if (g.ldd < g.m || (g.ld_scale_b != 0 && g.n > 1 && g.ld_scale_b < (g.k + 31) / 32)) return false;
+    return g.workspace_bytes >= workspace_bytes(g) && (g.workspace || workspace_bytes(g) == 0);
+  }
+
+  static Params make_params(GemmArgs const& g) {
+    Params p{};
+    p.w = static_cast<uint8_t const*>(g.a);
+    p.ldw = g.lda;
+    p.w_scale = static_cast<uint8_t const*>(g.scale_a);
+    p.x = static_cast<uint8_t const*>(g.b);
+    p.ldx = g.ldb;
+    p.x_scale = static_cast<uint8_t const*>(g.scale_b);
+    p.ld_x_scale = g.ld_scale_b;
+    p.d = static_cast<ElementD*>(g.d);
+    p.ldd = g.ldd;
+    p.bias = static_cast<ElementD const*>(g.bias);
+    p.alpha = g.alpha;
+    p.beta = g.beta;
+    p.n = g.m;  // the weight's rows
+    p.m = g.n;  // tokens
+    p.k = g.k;
+    p.k_blocks = g.k / 32;
+    p.k_atoms = (p.k_blocks + 3) / 4;
+    p.sched = schedule(g);
+    p.flags = static_cast<uint64_t*>(g.workspace);
+    p.slots = reinterpret_cast<float*>(p.flags + size_t(p.sched.workers) * gemv_detail::kConsumerWarps);
+    p.nonce = next_split_nonce();
+    return p;
+  }
+
+  static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept;
+
+  // ---- device ----------------------------------------------------------------------------
+  CUTLASS_DEVICE static void kernel_body(Params const& p, uint8_t* smem);
+  CUTLASS_DEVICE static void producer(Params const& p, uint8_t* smem, uint64_t* full, uint64_t* empty);
+  CUTLASS_DEVICE static void scale_loader(Params const& p, uint8_t* smem, uint64_t* full, uint64_t* empty);
+  CUTLASS_DEVICE static void consumer(Params const& p, uint8_t* smem, uint64_t* full, uint64_t* empty);
+};
+
+template <class Gemv>
+__global__ void __launch_bounds__(gemv_detail::kThreads, 1) sm90_mx_gemv_kernel(typename Gemv::Params const p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  Gemv::kernel_body(p, smem);
+}
+
+}  // namespace persistent_gemm::kernel
+
+#include "persistent_gemm/kernel/sm90_mx_gemv_impl.hpp"

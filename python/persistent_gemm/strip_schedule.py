@@ -1,0 +1,102 @@
+"""Stream-K over weight strips: the schedule of the MX decode GEMV (kernel style ``"gemv"``).
+
+The Python twin of ``include/persistent_gemm/scheduler/strip_stream_k.hpp`` (same numbers,
+same roles): the weight's N rows are cut into 128-row strips and each strip's K into work units
+of 256 weight bytes per row; the ``strips x chunks`` units are numbered strip-major and dealt to
+W workers (one CTA per SM) as contiguous ranges whose lengths differ by at most one. A worker
+therefore streams long K runs, and only strips that straddle two workers' ranges are reduced
+across CTAs, in worker order (deterministic).
+
+    >>> s = StripStreamK.for_problem(n=8192, k=8192, dtype="e4m3xe2m1", sm_count=132)
+    >>> s.pieces(0)[:2]          # worker 0's first pieces: (worker, strip, chunk range, role)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+__all__ = ["ROLES", "StripPiece", "StripStreamK"]
+
+STRIP_ROWS = 128
+CHUNK_BYTES = 256
+#: What a worker does with its piece of a strip (scheduler::StripRole).
+ROLES = ("whole", "partial", "reducer")
+_WEIGHT_BYTES = {"mxfp8": 1.0, "e4m3xe2m1": 0.5}
+
+
+class StripPiece(NamedTuple):
+    worker: int
+    strip: int
+    chunk_begin: int  # first K unit of the strip this worker reduces
+    chunk_end: int    # one past the last
+    role: str         # "whole": writes D; "partial": publishes a slot; "reducer": adds the slots, writes D
+
+
+@dataclass(frozen=True)
+class StripStreamK:
+    strips: int
+    chunks: int
+    workers: int
+
+    def __post_init__(self) -> None:
+        for name in ("strips", "chunks", "workers"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if self.workers > self.units:
+            raise ValueError(f"workers ({self.workers}) must not exceed the units ({self.units}): each owns one at least")
+
+    @classmethod
+    def for_problem(cls, n: int, k: int, dtype: str, sm_count: int) -> "StripStreamK":
+        """The schedule the kernel runs for an (N, K) weight of MX family ``dtype`` on ``sm_count``
+        SMs (Sm90MxGemv::schedule)."""
+        if dtype not in _WEIGHT_BYTES:
+            raise ValueError(f"dtype must be one of {tuple(_WEIGHT_BYTES)}, got {dtype!r}")
+        if n < 1 or k < 1 or sm_count < 1:
+            raise ValueError(f"n, k and sm_count must be >= 1, got {n}, {k}, {sm_count}")
+        strips = -(-n // STRIP_ROWS)
+        chunks = -(-int(k * _WEIGHT_BYTES[dtype]) // CHUNK_BYTES)
+        return cls(strips, chunks, min(strips * chunks, sm_count))
+
+    @property
+    def units(self) -> int:
+        return self.strips * self.chunks
+
+    def begin(self, w: int) -> int:
+        q, r = divmod(self.units, self.workers)
+        return w * q + min(w, r)
+
+    def owner(self, u: int) -> int:
+        """The worker whose range holds unit ``u``."""
+        q, r = divmod(self.units, self.workers)
+        big = r * (q + 1)
+        return u // (q + 1) if u < big else r + (u - big) // q
+
+    def role(self, w: int, strip: int) -> str:
+        s0, s1 = strip * self.chunks, (strip + 1) * self.chunks
+        if self.begin(w) > s0:
+            return "partial"
+        return "whole" if self.begin(w + 1) >= s1 else "reducer"
+
+    def last_partner(self, strip: int) -> int:
+        """The last worker holding a unit of ``strip``: a reducer adds workers (w, last]."""
+        return self.owner((strip + 1) * self.chunks - 1)
+
+    def pieces(self, w: int) -> list[StripPiece]:
+        """Worker ``w``'s pieces in the order it computes them."""
+        u0, u1 = self.begin(w), self.begin(w + 1)
+        out = []
+        for strip in range(u0 // self.chunks, (u1 - 1) // self.chunks + 1):
+            lo, hi = max(u0, strip * self.chunks), min(u1, (strip + 1) * self.chunks)
+            out.append(StripPiece(w, strip, lo - strip * self.chunks, hi - strip * self.chunks, self.role(w, strip)))
+        return out
+
+    def walk(self) -> list[StripPiece]:
+        """Every worker's pieces, worker by worker."""
+        return [p for w in range(self.workers) for p in self.pieces(w)]
+
+    def summary(self) -> str:
+        shared = sum(1 for p in self.walk() if p.role == "reducer")
+        return (f"stream-K over {self.strips} strips x {self.chunks} K units on {self.workers} workers "
+                f"({self.units / self.workers:.2f} units each, {shared} strips reduced across CTAs)")
