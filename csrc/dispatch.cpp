@@ -197,46 +197,126 @@ at::Tensor empty_k_result(Problem const& p, at::Tensor const& a, Epilogue const&
   return epilogue_reference(at::zeros({p.m, p.n}, a.options().dtype(at::kFloat)), epi, p.out_dtype);
 }
 
-// Runs A (M,K) @ B (K,N) with whatever operand copies / output cast the chosen variant needs.
-// A swap-AB kernel runs D^T = B^T A^T: the weight (b^T, N x K) is its A operand, the
-// activations its B, and it writes D transposed, i.e. D row-major, with no copy.
-at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tensor a, at::Tensor b,
-                    at::Tensor const& scale_a, at::Tensor const& scale_b, at::ScalarType out_dtype,
-                    Problem const& p, Epilogue const& epi) {
-  auto const* prop = &device_info(a.get_device());
-  req.sm_count = prop->sm_count;
+// An MX scale as the kernels read it: the blocked layout (128 x 4 atoms), 16-byte aligned.
+// Plain scales are relaid out by the arch module's kernel, every pending one in one launch.
+struct MxScales {
+  at::Tensor a, b;
+};
+// keep_a: the kernel reads a's scales as they come (the Gemv style): only b's are relaid.
+MxScales blocked_scales(char const* op, ArchModule const& mod, at::Tensor const& a_scale, int64_t m,
+                        at::Tensor const& b_scale, int64_t n, int64_t k, ScaleLayouts layouts, cudaStream_t stream,
+                        bool keep_a = false) {
+  int64_t const blocks = mx_blocks(k);
+  ScaleRelayout jobs[2];
+  int count = 0;
+  auto prepare = [&](at::Tensor const& s, int64_t rows, ScaleLayout layout) {
+    if (layout == ScaleLayout::Blocked) return aligned16(s.data_ptr()) ? s : s.clone();
+    auto out = at::empty({blocked_extent(rows, blocks).numel()}, s.options().dtype(at::kByte));
+    jobs[count++] = {static_cast<uint8_t const*>(s.data_ptr()), rows, blocks, s.size(0) > 1 ? s.stride(0) : blocks,
+                     static_cast<uint8_t*>(out.data_ptr())};
+    return out;
+  };
+  MxScales out{keep_a ? a_scale : prepare(a_scale, m, layouts.a), prepare(b_scale, n, layouts.b)};
+  if (count) {
+    cudaError_t const err = mod.table->scale_to_blocked(jobs, count, stream);
+    TORCH_CHECK(err == cudaSuccess, msg(op, ": scale relayout failed: ", cudaGetErrorString(err)));
+  }
+  return out;
+}
+
+// A copy of the (rows, K) byte rows of an MX operand (`k_bytes` wide) zero-padded to `kp_bytes`,
+// for the SM100 TMA rule on K (sm100_mx::padded_k): zeros past K contribute nothing.
+at::Tensor k_padded_copy(at::Tensor const& rows_by_k, int64_t kp_bytes) {
+  auto buf = at::zeros({rows_by_k.size(0), kp_bytes}, rows_by_k.options().dtype(at::kByte));
+  buf.narrow(1, 0, rows_by_k.size(1)).copy_(rows_by_k.view(at::kByte));
+  return buf;
+}
+
+// The operands of one GEMM D (M, N) = A (M, K) @ W (N, K)^T in the op's orientation: a the
+// activations, w = b^T the weight (any strides for mm / scaled_mm, rows of K for the MX ops);
+// scale_a / scale_b as the op took them (fp32 tensorwise / rowwise, or e8m0 per 1x32 block in
+// `layouts`).
+struct Operands {
+  at::Tensor a, w, scale_a, scale_b;
+  ScaleLayouts layouts{ScaleLayout::Plain, ScaleLayout::Plain, "b_scale_layout"};
+};
+
+Request request_for(Problem const& p, DType a, DType b, ScaleMode scale, std::optional<c10::string_view> config) {
+  Request req;
+  req.m = p.m, req.n = p.n, req.k = p.k;
+  req.a = a, req.b = b;
+  req.d = to_dtype(p.out_dtype);
+  req.scale = scale;
+  if (config) req.config = std::string(config->data(), config->size());
+  return req;
+}
+
+at::ScalarType torch_dtype(DType d) {
+  return d == DType::FP32 ? at::kFloat : d == DType::FP16 ? at::kHalf : at::kBFloat16;
+}
+
+// The one launch path of every op: choose the kernel, adapt the operands to what it reads
+// (aligned K-major copies, padded M or K, scale relayouts), launch on the current stream, and
+// finish D (unfused epilogue, cast, narrowing). A swap-AB kernel runs D^T = W A^T: the weight is
+// its A operand, the activations its B, and it writes D transposed, i.e. D row-major, no copy.
+at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands in, Problem const& p,
+                  Epilogue const& epi) {
+  bool const mx = req.scale == ScaleMode::Block32;
+  req.sm_count = device_info(in.a.get_device()).sm_count;
   // Unaligned operands go through an aligned K-major copy: correctness first, then speed.
-  if (!tma_readable(a, req.a_k_major)) req.a_k_major = true, req.a_needs_copy = true;
-  if (!tma_readable(b.t(), req.b_k_major)) req.b_k_major = true, req.b_needs_copy = true;
-  int64_t const out_elem = c10::elementSize(out_dtype);
-  req.d_aligned = (p.n * out_elem) % 16 == 0;
+  if (!tma_readable(in.a, req.a_k_major)) req.a_k_major = true, req.a_needs_copy = true;
+  if (!tma_readable(in.w, req.b_k_major)) req.b_k_major = true, req.b_needs_copy = true;
+  req.d_aligned = (p.n * int64_t(c10::elementSize(p.out_dtype))) % 16 == 0;
   Choice const c = choose_kernel_cached(op, *mod.table, req);
   KernelEntry const& e = *c.entry;
-  self_check::ensure(op, mod, e, a.get_device());
+  self_check::ensure(op, mod, e, in.a.get_device());
+  cudaStream_t const stream = c10::cuda::getCurrentCUDAStream(in.a.get_device());
 
   // pad_m: the kernel runs on whole M-tiles (see Choice::pad_m); D's extra rows are cut off.
   int64_t const m_run = c.pad_m ? (p.m + e.geometry.tile_m - 1) / e.geometry.tile_m * e.geometry.tile_m : p.m;
-  if (c.copy_a || c.pad_m) a = k_major_copy(a, m_run);
-  if (c.copy_b) b = k_major_copy(b.t(), 0).t();
-  at::ScalarType const kernel_out = e.d_dtype == DType::FP32   ? at::kFloat
-                                    : e.d_dtype == DType::FP16 ? at::kHalf
-                                                               : at::kBFloat16;
-  int64_t const ldd = c.pad_d ? (p.n * out_elem + 15) / 16 * 16 / out_elem : p.n;
-  auto d_buf = at::empty({m_run, ldd}, a.options().dtype(kernel_out));
+  int64_t k_run = p.k;
+  bool const e2m1 = req.b == DType::E2M1;
+  if (mx && mod.table->sm_major >= 10) {
+    // tcgen05 kernels (SM100) load both MX operands by TMA with a K rule of their own: K % 128
+    // for e2m1 (16U4_ALIGN16B rows), K % 16 for e4m3. Other K runs on zero-padded copies.
+    k_run = kernel::sm100_mx::padded_k(p.k, e2m1);
+  }
+  if (k_run != p.k) {
+    in.a = k_padded_copy(in.a, k_run);
+    in.w = k_padded_copy(in.w, e2m1 ? k_run / 2 : k_run);
+  } else {
+    if (c.copy_a || c.pad_m) in.a = k_major_copy(in.a, m_run);
+    if (c.copy_b) in.w = k_major_copy(in.w, 0);
+  }
+  // Scales in the kernel's orientation (a swap-AB kernel's row scale is the weight's). MX: the
+  // blocked layout, except what the decode GEMV reads as it comes (the activations' plain rows).
+  bool const gemv = e.geometry.style == KernelStyle::Gemv;
+  at::Tensor sa = in.scale_a, sb = in.scale_b;
+  if (mx) {
+    if (gemv && in.layouts.a == ScaleLayout::Plain && sa.size(0) > 1 && sa.stride(1) != 1) sa = sa.contiguous();
+    // The blocked scales of K and of k_run have the same atoms: k_run < K rounded up to 128.
+    MxScales const sc = blocked_scales(op, mod, sa, p.m, sb, p.n, p.k, in.layouts, stream, gemv);
+    sa = sc.a, sb = sc.b;
+  }
+
+  at::ScalarType const kernel_out = torch_dtype(e.d_dtype);
+  int64_t const kernel_elem = int64_t(c10::elementSize(kernel_out));
+  // pad_d: a TMA store writes whole 16-byte chunks; D is then narrowed back to N columns.
+  int64_t const ldd = c.pad_d ? (p.n * kernel_elem + 15) / 16 * 16 / kernel_elem : p.n;
+  auto d_buf = at::empty({m_run, ldd}, in.a.options().dtype(kernel_out));
   // Test hook (and the self-check): NaN in every element the kernel is meant to write, so a
   // skipped tile shows.
   if (poison_outputs()) d_buf.fill_(std::numeric_limits<float>::quiet_NaN());
 
   GemmArgs args;
-  at::Tensor const wt = b.t();  // (N, K)
-  at::Tensor const& x = e.swap_ab ? wt : a;  // the kernel's A: (its M, K)
-  at::Tensor const& y = e.swap_ab ? a : wt;  // the kernel's B, as (its N, K)
+  at::Tensor const& x = e.swap_ab ? in.w : in.a;  // the kernel's A: (its M, K)
+  at::Tensor const& y = e.swap_ab ? in.a : in.w;  // the kernel's B, as (its N, K)
   args.m = int32_t(e.swap_ab ? p.n : m_run);
   args.n = int32_t(e.swap_ab ? m_run : p.n);
-  args.k = int32_t(p.k);
+  args.k = int32_t(k_run);
   args.a = x.data_ptr();
   args.a_k_major = e.a_k_major;
-  args.lda = tma_ld(x, e.a_k_major ? 1 : 0);
+  args.lda = tma_ld(x, e.a_k_major ? 1 : 0);  // MX: bytes (e4m3, or packed e2m1 pairs)
   args.b = y.data_ptr();
   args.b_k_major = e.b_k_major;
   args.ldb = tma_ld(y, e.b_k_major ? 1 : 0);
@@ -244,22 +324,22 @@ at::Tensor run_gemm(char const* op, ArchModule const& mod, Request req, at::Tens
   args.ldd = ldd;
   args.d_pad_writable = c.pad_d;  // our own padded buffer: its tail columns are scratch
   args.scale_mode = e.scale_mode;
-  // Scales in the kernel's orientation: a swap-AB kernel's row scale is the weight's.
-  at::Tensor const& sx = e.swap_ab ? scale_b : scale_a;
-  at::Tensor const& sy = e.swap_ab ? scale_a : scale_b;
+  at::Tensor const& sx = e.swap_ab ? sb : sa;
+  at::Tensor const& sy = e.swap_ab ? sa : sb;
   if (sx.defined()) args.scale_a = sx.data_ptr();
   if (sy.defined()) args.scale_b = sy.data_ptr();
+  if (gemv && in.layouts.a == ScaleLayout::Plain)  // the activations' plain e8m0 rows, in place
+    args.ld_scale_b = sa.size(0) > 1 ? sa.stride(0) : std::max<int64_t>(1, sa.size(1));
   args.sm_count = req.sm_count;
   args.max_workers = 0;
-  at::Tensor const workspace = attach_workspace(e, args, a.options());
+  at::Tensor const workspace = attach_workspace(e, args, in.a.options());
   at::Tensor const bias = attach_epilogue(e, args, epi, kernel_out);
-  check_launch(e.run(args, c10::cuda::getCurrentCUDAStream(a.get_device())), op, e, args,
-               int64_t(c10::elementSize(kernel_out)));
+  check_launch(e.run(args, stream), op, e, args, kernel_elem);
 
   at::Tensor d = c.pad_m ? d_buf.narrow(0, 0, p.m) : d_buf;  // leading rows: still contiguous
   if (c.pad_d) d = d.narrow(1, 0, p.n);
   d = finish_epilogue(e, d, epi);
-  if (kernel_out != out_dtype) return d.to(out_dtype);
+  if (kernel_out != p.out_dtype) return d.to(p.out_dtype);
   return c.pad_d ? d.contiguous() : d;
 }
 
@@ -331,15 +411,10 @@ at::Tensor mm_cuda(at::Tensor const& a, at::Tensor const& b, std::optional<at::S
   check_extents(op, p);
   auto const& mod = require_arch(op, a);
   if (self_check::use_fallback(mod)) return mm_cpu(a, b, out_dtype, std::nullopt, bias, alpha, beta);
-  Request req;
-  req.m = p.m, req.n = p.n, req.k = p.k;
-  req.a = req.b = to_dtype(a.scalar_type());
-  req.d = to_dtype(p.out_dtype);
+  Request req = request_for(p, to_dtype(a.scalar_type()), to_dtype(a.scalar_type()), ScaleMode::None, config);
   req.a_k_major = a.stride(1) == 1 || a.size(1) == 1;
   req.b_k_major = b.stride(0) == 1 || b.size(0) == 1;
-  req.scale = ScaleMode::None;
-  if (config) req.config = std::string(config->data(), config->size());
-  return run_gemm(op, mod, req, a, b, {}, {}, p.out_dtype, p, epi);
+  return launch(op, mod, req, Operands{a, b.t()}, p, epi);
 }
 
 at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
@@ -358,134 +433,26 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
   auto const& mod = require_arch(op, a);
   if (self_check::use_fallback(mod))
     return scaled_mm_cpu(a, b, scale_a, scale_b, out_dtype, use_fast_accum, std::nullopt, bias, alpha, beta);
-  Request req;
-  req.m = p.m, req.n = p.n, req.k = p.k;
-  req.a = req.b = DType::E4M3;
-  req.d = to_dtype(p.out_dtype);
+  Request req = request_for(p, DType::E4M3, DType::E4M3,
+                            kind == ScaleKind::Tensorwise ? ScaleMode::Tensorwise : ScaleMode::Rowwise, config);
   req.a_k_major = req.b_k_major = true;
-  req.scale = kind == ScaleKind::Tensorwise ? ScaleMode::Tensorwise : ScaleMode::Rowwise;
   req.fast_accum = use_fast_accum;
-  if (config) req.config = std::string(config->data(), config->size());
-  return run_gemm(op, mod, req, a, b, scale_a.contiguous(), scale_b.contiguous(), p.out_dtype, p, epi);
+  return launch(op, mod, req, Operands{a, b.t(), scale_a.contiguous(), scale_b.contiguous()}, p, epi);
 }
 
 namespace {
 
-// An MX scale as the kernels read it: the blocked layout (128 x 4 atoms), 16-byte aligned.
-// Plain scales are relaid out by the arch module's kernel, every pending one in one launch.
-struct MxScales {
-  at::Tensor a, b;
-};
-// keep_a: the kernel reads a's scales as they come (the Gemv style): only b's are relaid.
-MxScales blocked_scales(char const* op, ArchModule const& mod, at::Tensor const& a_scale, int64_t m,
-                        at::Tensor const& b_scale, int64_t n, int64_t k, ScaleLayouts layouts, cudaStream_t stream,
-                        bool keep_a = false) {
-  int64_t const blocks = mx_blocks(k);
-  ScaleRelayout jobs[2];
-  int count = 0;
-  auto prepare = [&](at::Tensor const& s, int64_t rows, ScaleLayout layout) {
-    if (layout == ScaleLayout::Blocked) return aligned16(s.data_ptr()) ? s : s.clone();
-    auto out = at::empty({blocked_extent(rows, blocks).numel()}, s.options().dtype(at::kByte));
-    jobs[count++] = {static_cast<uint8_t const*>(s.data_ptr()), rows, blocks, s.size(0) > 1 ? s.stride(0) : blocks,
-                     static_cast<uint8_t*>(out.data_ptr())};
-    return out;
-  };
-  MxScales out{keep_a ? a_scale : prepare(a_scale, m, layouts.a), prepare(b_scale, n, layouts.b)};
-  if (count) {
-    cudaError_t const err = mod.table->scale_to_blocked(jobs, count, stream);
-    TORCH_CHECK(err == cudaSuccess, msg(op, ": scale relayout failed: ", cudaGetErrorString(err)));
-  }
-  return out;
-}
-
-// The MX ops after their checks: `w` is the weight as (N, K) rows (e4m3, or packed e2m1 (N, K/2)
-// bytes), i.e. b^T, of element type `b_dtype`. A swap-AB kernel runs D^T = W A^T: the weight
-// becomes its X operand and D is written transposed; otherwise X = a, Y = w.
-// A copy of the (rows, K) byte rows of an MX operand (`k_bytes` wide) zero-padded to `kp_bytes`,
-// for the SM100 TMA rule on K (sm100_mx::padded_k): zeros past K contribute nothing.
-at::Tensor k_padded_copy(at::Tensor const& rows_by_k, int64_t kp_bytes) {
-  auto buf = at::zeros({rows_by_k.size(0), kp_bytes}, rows_by_k.options().dtype(at::kByte));
-  buf.narrow(1, 0, rows_by_k.size(1)).copy_(rows_by_k.view(at::kByte));
-  return buf;
-}
-
+// The MX ops after their checks, as mm_cuda / scaled_mm_cuda do theirs: `w` is the weight as
+// (N, K) rows (e4m3, or packed e2m1 (N, K/2) bytes), i.e. b^T, of element type `b_dtype`.
 at::Tensor run_mx(char const* op, Problem const& p, DType b_dtype, std::optional<c10::string_view> config,
-                  at::Tensor a, at::Tensor const& a_scale, at::Tensor w, at::Tensor const& b_scale,
+                  at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& w, at::Tensor const& b_scale,
                   ScaleLayouts layouts, Epilogue const& epi) {
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
   auto const& mod = require_arch(op, a);
-  Request req;
-  req.m = p.m, req.n = p.n, req.k = p.k;
-  req.a = DType::E4M3;
-  req.b = b_dtype;
-  req.d = to_dtype(p.out_dtype);
-  req.scale = ScaleMode::Block32;
-  if (config) req.config = std::string(config->data(), config->size());
-  req.sm_count = device_info(a.get_device()).sm_count;
-  req.a_needs_copy = !tma_readable(a, true);
-  req.b_needs_copy = !tma_readable(w, true);
-  int64_t const out_elem = c10::elementSize(p.out_dtype);
-  req.d_aligned = (p.n * out_elem) % 16 == 0;
-  Choice const c = choose_kernel_cached(op, *mod.table, req);
-  KernelEntry const& e = *c.entry;
-  self_check::ensure(op, mod, e, a.get_device());
-  bool const e2m1 = b_dtype == DType::E2M1;
-  // tcgen05 kernels (SM100) load both operands by TMA with a K rule of their own: K % 128 for
-  // e2m1 (16U4_ALIGN16B rows), K % 16 for e4m3. Other K runs on zero-padded copies.
-  int64_t const k_run = mod.table->sm_major >= 10 ? kernel::sm100_mx::padded_k(p.k, e2m1) : p.k;
-  if (k_run != p.k) {
-    a = k_padded_copy(a, k_run);
-    w = k_padded_copy(w, e2m1 ? k_run / 2 : k_run);
-  } else {
-    if (c.copy_a) a = k_major_copy(a, 0);
-    if (c.copy_b) w = k_major_copy(w, 0);
-  }
-  cudaStream_t const stream = c10::cuda::getCurrentCUDAStream(a.get_device());
-  // The decode GEMV reads the activations' scales as they come: plain rows (unit block stride)
-  // or blocked; only the weight's are relaid, and a prepared weight's already are.
-  bool const gemv = e.geometry.style == KernelStyle::Gemv;
-  at::Tensor const a_scale_run =
-      gemv && layouts.a == ScaleLayout::Plain && a_scale.size(0) > 1 && a_scale.stride(1) != 1 ? a_scale.contiguous()
-                                                                                                : a_scale;
-  // The blocked scales of K and of k_run have the same atoms: k_run < K rounded up to 128.
-  MxScales const sc = blocked_scales(op, mod, a_scale_run, p.m, b_scale, p.n, p.k, layouts, stream, gemv);
-
-  at::ScalarType const kernel_out = e.d_dtype == DType::FP32   ? at::kFloat
-                                    : e.d_dtype == DType::FP16 ? at::kHalf
-                                                               : at::kBFloat16;
-  int64_t const kernel_elem = c10::elementSize(kernel_out);
-  // pad_d: a TMA store writes whole 16-byte chunks; D is then narrowed back to N columns.
-  int64_t const ldd = c.pad_d ? (p.n * kernel_elem + 15) / 16 * 16 / kernel_elem : p.n;
-  auto d_buf = at::empty({p.m, ldd}, a.options().dtype(kernel_out));
-  if (poison_outputs()) d_buf.fill_(std::numeric_limits<float>::quiet_NaN());
-
-  at::Tensor const& x = e.swap_ab ? w : a;
-  at::Tensor const& y = e.swap_ab ? a : w;
-  GemmArgs args;
-  args.m = int32_t(e.swap_ab ? p.n : p.m);
-  args.n = int32_t(e.swap_ab ? p.m : p.n);
-  args.k = int32_t(k_run);
-  args.a = x.data_ptr();
-  args.lda = tma_ld(x, 1);  // elements of one byte each: e4m3, or packed e2m1 pairs
-  args.b = y.data_ptr();
-  args.ldb = tma_ld(y, 1);
-  args.d = d_buf.data_ptr();
-  args.ldd = ldd;
-  args.d_pad_writable = c.pad_d;
-  args.scale_mode = ScaleMode::Block32;
-  args.scale_a = (e.swap_ab ? sc.b : sc.a).data_ptr();
-  args.scale_b = (e.swap_ab ? sc.a : sc.b).data_ptr();
-  if (gemv && layouts.a == ScaleLayout::Plain)
-    args.ld_scale_b = a_scale_run.size(0) > 1 ? a_scale_run.stride(0) : std::max<int64_t>(1, mx_blocks(p.k));
-  args.sm_count = req.sm_count;
-  at::Tensor const workspace = attach_workspace(e, args, a.options());
-  at::Tensor const bias = attach_epilogue(e, args, epi, kernel_out);
-  check_launch(e.run(args, stream), op, e, args, kernel_elem);
-  at::Tensor d = finish_epilogue(e, c.pad_d ? d_buf.narrow(1, 0, p.n) : d_buf, epi);
-  if (kernel_out != p.out_dtype) return d.to(p.out_dtype);
-  return c.pad_d ? d.contiguous() : d;
+  Request req = request_for(p, DType::E4M3, b_dtype, ScaleMode::Block32, config);
+  return launch(op, mod, req, Operands{a, w, a_scale, b_scale, layouts}, p, epi);
 }
 
 }  // namespace

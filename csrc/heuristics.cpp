@@ -247,7 +247,8 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
     KernelEntry const& e = table.entries[i];
     if (r.config && std::strcmp(e.config, r.config->c_str()) != 0) continue;
     if (e.a_dtype != r.a || e.b_dtype != r.b) {
-      reject(e.config, std::string("operands are ") + dtype_str(e.a_dtype));
+      reject(e.config, std::string("operands are ") + dtype_str(e.a_dtype) +
+                           (e.b_dtype != e.a_dtype ? std::string(" x ") + dtype_str(e.b_dtype) : std::string()));
       continue;
     }
     // The 16-bit / e4m3 swap-AB kernels are decode kernels (tokens on a 16-wide N): eligible for

@@ -42,6 +42,9 @@ def test_generate_writes_named_files(tmp_path):
     for cfg in CATALOGUE:
         if cfg.arch != "sm90a":
             continue
+        if cfg.kernel == "gemv":  # the decode GEMVs: one TU per family, no tile-scheduler walk
+            assert f"sm90a_{cfg.dtype}_gemv.cu" in names and f"{cfg.name}__schedule.cu" not in names
+            continue
         assert f"{cfg.name}__schedule.cu" in names
         for v in codegen.variants(cfg):
             assert f"{cfg.name}__{v.suffix}.cu" in names
@@ -119,6 +122,10 @@ def test_every_config_lowers_through_its_family_record():
             continue
         for v in codegen.variants(cfg):
             tu = codegen.kernel_tu(cfg, v)
+            if cfg.kernel == "gemv":  # the MX decode GEMV: its header, the weight's tag, the token tile
+                assert '#include "persistent_gemm/kernel/sm90_mx_gemv.hpp"' in tu
+                assert f"using OperandW = {low.gemv_weight};" in tu and f"constexpr int kTokens = {cfg.tile[1]};" in tu
+                continue
             assert f"#include \"persistent_gemm/kernel/{low.header}.hpp\"" in tu
             assert f"using ElementD = {ELEMENTS[v.out].cpp};" in tu
             assert f"using Gemm = {low.builder}<" in tu

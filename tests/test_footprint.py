@@ -90,7 +90,7 @@ def test_footprint_fp4_b_operand_is_half_a_byte():
 @given(
     cfg=st.sampled_from(CATALOGUE).flatmap(
         lambda c: schedules.map(lambda s: dataclasses.replace(c, schedule=s))
-        if c.kernel != "2sm"
+        if c.kernel not in ("2sm", "gemv")  # 2-SM pairs and the stream-K GEMV fix their schedule
         else st.just(c)
     ),
     M=st.integers(1, 6000),

@@ -105,3 +105,15 @@ def test_prepare_weight_refuses_fp4_k_no_op_takes():
         pg.prepare_weight(wq, ws, fmt="fp4")
     wq8, ws8 = pg.quantize_mxfp8(torch.randn(6, 48))
     assert pg.prepare_weight(wq8, ws8, fmt="mxfp8").k == 48  # mxfp8_mm takes partial blocks
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "fp4"])
+@pytest.mark.parametrize("n, k", [(1, 32), (257, 32), (129, 28672), (3, 4096 + 32)])
+def test_prepared_layout_is_a_pure_permutation(fmt, n, k):
+    # The bytes every MX kernel (prefill and the decode GEMV) streams hold exactly the weight.
+    w = torch.randn(n, k) * torch.logspace(-3, 3, k)
+    wq, ws = (pg.quantize_mxfp8 if fmt == "mxfp8" else pg.quantize_mxfp4)(w)
+    want = (pg.dequantize_mxfp8 if fmt == "mxfp8" else pg.dequantize_mxfp4)(wq, ws)
+    got = pg.prepare_weight(wq, ws, fmt=fmt).dequantize()
+    assert got.shape == (n, k)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))

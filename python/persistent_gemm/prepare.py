@@ -1,7 +1,9 @@
 """Weights prepared once for the MX ops, so serving does not pay their re-layout per call.
 
 The SM90 MX kernels read e8m0 scales in the blocked layout (128-row x 4-block atoms, one
-512-byte bulk copy per tile and K-tile) and weights K-major with 16-byte aligned rows (TMA).
+512-byte bulk copy per tile and K-tile) and weights K-major with 16-byte aligned rows: the
+prefill kernels by TMA tiles, the decode GEMV by 256-byte row chunks of 128-row strips (whose
+scale rows are exactly one atom row), so one prepared layout serves every M.
 :func:`prepare_weight` does both conversions once: the scales are relaid out, the data is at
 most copied to aligned rows. Both stay in MX form -- e4m3 or packed e2m1 bytes and e8m0
 scales, the bytes the kernel streams -- nothing is dequantized; the kernels convert operands
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from .quant import MX_BLOCK
-from .scale_layout import blocked_shape, check_scale_layout, to_blocked
+from .scale_layout import blocked_shape, check_scale_layout, from_blocked, to_blocked
 
 __all__ = ["FORMATS", "PreparedWeight", "prepare_weight"]
 
@@ -49,6 +51,16 @@ class PreparedWeight:
     def nbytes(self) -> int:
         """Bytes a GEMM streams for this weight: data plus scales."""
         return self.b.untyped_storage().nbytes() + self.b_scale.numel()
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight's values, (N, K) float32, read from the prepared layout (the bytes the
+        kernels stream): equal bit for bit to dequantizing the (wq, ws) it was prepared from."""
+        from .quant import dequantize_mxfp4, dequantize_mxfp8
+
+        blocks = -(-self.k // MX_BLOCK)
+        ws = from_blocked(self.b_scale, self.n, blocks)
+        wq = self.b.t()
+        return dequantize_mxfp8(wq, ws) if self.fmt == "mxfp8" else dequantize_mxfp4(wq, ws)
 
 
 def _aligned_rows(w: torch.Tensor) -> torch.Tensor:

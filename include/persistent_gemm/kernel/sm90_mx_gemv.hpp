@@ -148,7 +148,7 @@ struct Sm90MxGemv {
   static constexpr int kWBytes = gemv_detail::kStripRows * kWStride;
   static constexpr int kXBytes = Tokens * kXStride;
   static constexpr int kSBytes = kAtoms * 512;
-  static constexpr int kXSBytes = kBlocks * Tokens;  // [block][token] e8m0 codes
+  static constexpr int kXSBytes = kBlocks * Tokens * 4;  // [block][token] fp32 activation scales
   static constexpr int kStageBytes = (kWBytes + kXBytes + kSBytes + kXSBytes + 127) / 128 * 128;
   static constexpr int kStages = std::min(gemv_detail::kMaxStages, (gemv_detail::kSmemBytes - 256) / kStageBytes);
   static_assert(kStages >= 2, "MX decode kernel: fewer than two stages fit in shared memory");

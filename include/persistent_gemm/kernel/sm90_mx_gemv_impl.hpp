@@ -115,9 +115,10 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::scale_loader(Params 
     if (i + 1 < count) fetch(i + 1, next);  // in flight while this unit waits for its slot
     int const s = int(i % kStages);
     cutlass::arch::ClusterBarrier::wait(&empty[s], uint32_t(((i / kStages) & 1) ^ 1));
-    uint8_t* xs = smem + s * kStageBytes + kWBytes + kXBytes + kSBytes;
+    // Widened here, once per unit, so the consumers read their tokens' scales as one float2.
+    float* xs = reinterpret_cast<float*>(smem + s * kStageBytes + kWBytes + kXBytes + kSBytes);
     CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < kPerLane; ++j) xs[lane + 32 * j] = cur[j];
+    for (int j = 0; j < kPerLane; ++j) xs[lane + 32 * j] = collective::mx_detail::e8m0_to_float(cur[j]);
     __syncwarp();
     if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&full[s]);
     CUTLASS_PRAGMA_UNROLL
@@ -196,7 +197,7 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::consumer(Params cons
     cutlass::arch::ClusterBarrier::wait(&full[s], uint32_t((i / kStages) & 1));
     uint8_t const* st = smem + s * kStageBytes;
     uint8_t const* ws = st + kWBytes + kXBytes;
-    uint8_t const* xs = ws + kSBytes;
+    float const* xs = reinterpret_cast<float const*>(ws + kSBytes);
     int const nb = gemv_detail::imin(kBlocks, p.k_blocks - chunk * kBlocks);
     uint32_t wcodes[2] = {0, 0};
     CUTLASS_PRAGMA_UNROLL
@@ -230,8 +231,8 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::consumer(Params cons
         uint2 const x = *reinterpret_cast<uint2 const*>(st + kWBytes + (8 * j + g) * kXStride + b * 32 + t * 8);
         float temp[4];
         gemv_detail::mma_e4m3(temp, a, x.x, x.y);
-        uint16_t const xc = *reinterpret_cast<uint16_t const*>(xs + b * Tokens + 8 * j + 2 * t);
-        float const sx0 = e8m0_to_float(xc & 0xFF), sx1 = e8m0_to_float(xc >> 8);
+        float2 const sx = *reinterpret_cast<float2 const*>(xs + b * Tokens + 8 * j + 2 * t);
+        float const sx0 = sx.x, sx1 = sx.y;
         // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens). The scale product
         // first (activation x weight), as the wgmma MX mainloop does.
         acc[j][0] = fmaf(temp[0], sx0 * sw0, acc[j][0]);
