@@ -263,7 +263,9 @@ def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.
 
     On SM90 this is one fused kernel: e4m3 wgmma per 32-deep K block, each block's partial sums
     promoted into fp32 with its two power-of-two scales; plain scales are relaid out to the
-    blocked layout by one small kernel first (a prepared weight skips its half of that).
+    blocked layout by one small kernel first (a prepared weight skips its half of that). At
+    decode (M <= 64, K % 32 == 0) the dispatcher picks the MX decode GEMV instead: mma.sync per
+    block across every SM (stream-K over weight strips), activation scales read as they come.
     """
     b, b_scale, b_scale_layout = _weight_args(b, b_scale, b_scale_layout, "mxfp8")
     return torch.ops.persistent_gemm.mxfp8_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout,
@@ -285,7 +287,8 @@ def fp8_fp4_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torc
     ``scale_layout``, ``b_scale_layout``: as for :func:`mxfp8_mm`.
 
     On SM90 the packed weight is streamed as is and converted to exact e4m3 in registers inside
-    the GEMM (the weight is the wgmma's register-sourced A operand; D is written transposed).
+    the GEMM (the weight is the MMA's register-sourced A operand; D is written transposed): by
+    wgmma at prefill, by the MX decode GEMV (mma.sync, stream-K over weight strips) at M <= 64.
     """
     b, b_scale, b_scale_layout = _weight_args(b, b_scale, b_scale_layout, "fp4")
     return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout,

@@ -12,8 +12,10 @@
 //
 // Work: the weight's 128-row strips x 256-byte K chunks, dealt to one CTA per SM as contiguous
 // strip-major ranges (scheduler/strip_stream_k.hpp). Roles per CTA:
-//   warp 8      bulk-copies each unit's weight rows (L2 evict-first), scale atoms and activation
-//               rows into a ring of stages; the weight of the first stages before the PDL wait.
+//   warp 8      loads each unit's weight (two 128 B x 128-row TMA boxes, 128B-swizzled, L2
+//               evict-first), its scale atoms (one bulk copy) and the tokens' activation rows
+//               (TMA boxes of M rows) into a ring of stages; the first stages' weight before
+//               the PDL wait.
 //   warp 9      copies the unit's activation scales into the stage (plain or blocked, so no
 //               relayout kernel runs per call), one unit ahead in registers.
 //   warps 0..7  16 weight rows each: per block, LDS the A fragment (e2m1 -> e4m3 in registers),
@@ -26,9 +28,12 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include "cute/arch/copy_sm90_tma.hpp"
 #include "cutlass/arch/barrier.h"
+#include "cutlass/cuda_host_adapter.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_conversion.h"
 #include "cutlass/numeric_types.h"
@@ -140,26 +145,26 @@ struct Sm90MxGemv {
   static constexpr int kChunkK = kE2m1 ? 2 * gemv_detail::kChunkBytes : gemv_detail::kChunkBytes;
   static constexpr int kBlocks = kChunkK / 32;  // 1x32 scale blocks per unit: 8 (e4m3), 16 (e2m1)
   static constexpr int kAtoms = kBlocks / 4;    // blocked-layout atoms per unit
-  // Shared-memory row strides, padded so the fragment loads are conflict-free: e4m3 LDS.64 of a
-  // half-warp reads 4 rows x 32 B (row r starts at 16-byte chunk 2r mod 8); e2m1 LDS.32 of a warp
-  // reads 8 rows x 16 B (chunk r mod 8); activation rows as e4m3 weight rows.
-  static constexpr int kWStride = gemv_detail::kChunkBytes + (kE2m1 ? 16 : 32);
-  static constexpr int kXStride = kChunkK + 32;
-  static constexpr int kWBytes = gemv_detail::kStripRows * kWStride;
-  static constexpr int kXBytes = Tokens * kXStride;
+  // A stage: the unit's weight as two 128 B x 128-row TMA boxes, the activations as
+  // kXBoxes 128 B x Tokens-row boxes (128B swizzle: 16-byte chunk c of row r sits at c ^ r % 8,
+  // so the fragment loads below hit distinct banks), the weight's scale atoms, the activation
+  // scales widened to fp32 [block][token].
+  static constexpr int kBox = 128;
+  static constexpr int kWBytes = 2 * kBox * gemv_detail::kStripRows;
+  static constexpr int kXBoxes = kChunkK / kBox;
+  static constexpr int kXBox = kBox * Tokens;
+  static constexpr int kXBytes = kXBoxes * kXBox;
   static constexpr int kSBytes = kAtoms * 512;
-  static constexpr int kXSBytes = kBlocks * Tokens * 4;  // [block][token] fp32 activation scales
-  static constexpr int kStageBytes = (kWBytes + kXBytes + kSBytes + kXSBytes + 127) / 128 * 128;
-  static constexpr int kStages = std::min(gemv_detail::kMaxStages, (gemv_detail::kSmemBytes - 256) / kStageBytes);
+  static constexpr int kXSBytes = kBlocks * Tokens * 4;
+  static constexpr int kStageBytes = (kWBytes + kXBytes + kSBytes + kXSBytes + 1023) / 1024 * 1024;
+  static constexpr int kStages = gemv_detail::imin(gemv_detail::kMaxStages, (gemv_detail::kSmemBytes - 1024) / kStageBytes);
   static_assert(kStages >= 2, "MX decode kernel: fewer than two stages fit in shared memory");
-  static constexpr int SharedStorageSize = kStages * kStageBytes + 2 * kStages * 8;
+  static constexpr int SharedStorageSize = kStages * kStageBytes + 2 * kStages * 8 + 1024;  // + alignment slack
 
   struct Params {
-    uint8_t const* w;        // (n, K) rows, ldw bytes apart
-    int64_t ldw;
+    CUtensorMap w_map;       // the weight (n, K) rows of bytes, 128 B x 128-row boxes
+    CUtensorMap x_map;       // the activations (m, K) e4m3, 128 B x m-row boxes
     uint8_t const* w_scale;  // blocked
-    uint8_t const* x;        // (m, K) e4m3 rows, ldx bytes apart
-    int64_t ldx;
     uint8_t const* x_scale;  // plain rows ld_x_scale bytes apart, or blocked (ld_x_scale == 0)
     int64_t ld_x_scale;
     ElementD* d;
@@ -202,11 +207,7 @@ struct Sm90MxGemv {
 
   static Params make_params(GemmArgs const& g) {
     Params p{};
-    p.w = static_cast<uint8_t const*>(g.a);
-    p.ldw = g.lda;
     p.w_scale = static_cast<uint8_t const*>(g.scale_a);
-    p.x = static_cast<uint8_t const*>(g.b);
-    p.ldx = g.ldb;
     p.x_scale = static_cast<uint8_t const*>(g.scale_b);
     p.ld_x_scale = g.ld_scale_b;
     p.d = static_cast<ElementD*>(g.d);
@@ -226,6 +227,19 @@ struct Sm90MxGemv {
     return p;
   }
 
+  // A 2-D map of (rows, cols) bytes, `ld` bytes apart, boxes of 128 B x box_rows, 128B swizzle.
+  static bool encode(CUtensorMap& map, void const* base, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
+    cuuint64_t const dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+    cuuint64_t const strides[1] = {cuuint64_t(rows > 1 ? ld : (cols + 15) / 16 * 16)};
+    cuuint32_t const box[2] = {cuuint32_t(kBox), cuuint32_t(box_rows)};
+    cuuint32_t const unit[2] = {1, 1};
+    CUresult const r = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
+        &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, unit,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS;
+  }
+
   static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept;
 
   // ---- device ----------------------------------------------------------------------------
@@ -236,8 +250,11 @@ struct Sm90MxGemv {
 };
 
 template <class Gemv>
-__global__ void __launch_bounds__(gemv_detail::kThreads, 1) sm90_mx_gemv_kernel(typename Gemv::Params const p) {
-  extern __shared__ __align__(128) uint8_t smem[];
+__global__ void __launch_bounds__(gemv_detail::kThreads, 1)
+    sm90_mx_gemv_kernel(__grid_constant__ typename Gemv::Params const p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  // 128B-swizzled TMA boxes need 1024-byte aligned destinations.
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   Gemv::kernel_body(p, smem);
 }
 

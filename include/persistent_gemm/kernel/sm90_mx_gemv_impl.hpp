@@ -1,6 +1,6 @@
 // Device roles and host launch of Sm90MxGemv (declared in sm90_mx_gemv.hpp, which says what
-// each role does). Stage s of the ring: [weight rows][activation rows][weight scale atoms]
-// [activation scales, block-major]; full[s] completes on the bulk copies' bytes plus the scale
+// each role does). Stage s of the ring: [weight boxes][activation boxes][weight scale atoms]
+// [activation scales, block-major]; full[s] completes on the copies' bytes plus the scale
 // warp's arrival, empty[s] on one arrival per consumer warp.
 #pragma once
 
@@ -32,46 +32,35 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::kernel_body(Params c
 template <class OperandW, class ElementD, int Tokens>
 CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::producer(Params const& p, uint8_t* smem, uint64_t* full,
                                                                        uint64_t* empty) {
-  int const lane = threadIdx.x % 32;
+  if (threadIdx.x % 32 != 0) return;  // one thread issues: a unit is 2 + kXBoxes TMA boxes and a bulk copy
   int const w = blockIdx.x;
   int64_t const u0 = p.sched.begin(w), count = p.sched.begin(w + 1) - u0;
-  int32_t const row_bytes = kE2m1 ? p.k / 2 : p.k;
   uint64_t const policy = gemv_detail::evict_first_policy();
-  auto unit = [&](int64_t i, int32_t& strip, int32_t& chunk) {
-    strip = int32_t((u0 + i) / p.sched.chunks);
-    chunk = int32_t((u0 + i) % p.sched.chunks);
-  };
+  // Boxes past N or K are zero-filled and still count their full bytes.
+  uint32_t const tx_x = uint32_t(kXBoxes) * kBox * uint32_t(p.m);
   // The weight (and its scales) of unit i: independent of the previous kernel.
   auto load_weight = [&](int64_t i) {
     int const s = int(i % kStages);
     uint8_t* st = smem + s * kStageBytes;
-    int32_t strip, chunk;
-    unit(i, strip, chunk);
-    int const rows = gemv_detail::imin(gemv_detail::kStripRows, p.n - strip * gemv_detail::kStripRows);
-    uint32_t const wb = uint32_t(gemv_detail::imin(gemv_detail::kChunkBytes, row_bytes - chunk * gemv_detail::kChunkBytes));
+    int32_t const strip = int32_t((u0 + i) / p.sched.chunks), chunk = int32_t((u0 + i) % p.sched.chunks);
     int const atoms = gemv_detail::imin(kAtoms, p.k_atoms - chunk * kAtoms);
-    uint32_t const xb = kE2m1 ? 2 * wb : wb;
-    if (lane == 0)
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(
-          &full[s], uint32_t(rows) * wb + uint32_t(atoms) * 512u + uint32_t(p.m) * xb);
-    __syncwarp();
-    uint8_t const* src = p.w + (int64_t(strip) * gemv_detail::kStripRows) * p.ldw + int64_t(chunk) * gemv_detail::kChunkBytes;
-    for (int r = lane; r < rows; r += 32) gemv_detail::bulk_g2s(st + r * kWStride, src + r * p.ldw, wb, &full[s], policy, true);
-    if (lane == 0)
-      gemv_detail::bulk_g2s(st + kWBytes + kXBytes, p.w_scale + (int64_t(strip) * p.k_atoms + chunk * kAtoms) * 512,
-                            uint32_t(atoms) * 512u, &full[s], policy, true);
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[s], uint32_t(kWBytes) + uint32_t(atoms) * 512u + tx_x);
+    CUTLASS_PRAGMA_UNROLL
+    for (int h = 0; h < 2; ++h)
+      cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &full[s], policy, st + h * (kWBytes / 2),
+                                   chunk * gemv_detail::kChunkBytes + h * kBox, strip * gemv_detail::kStripRows);
+    gemv_detail::bulk_g2s(st + kWBytes + kXBytes, p.w_scale + (int64_t(strip) * p.k_atoms + chunk * kAtoms) * 512,
+                          uint32_t(atoms) * 512u, &full[s], policy, true);
   };
   // The activation rows of unit i: written by the previous kernel, so after the PDL wait.
   auto load_x = [&](int64_t i) {
-    int const s = int(i % kStages);
-    uint8_t* st = smem + s * kStageBytes + kWBytes;
-    int32_t strip, chunk;
-    unit(i, strip, chunk);
-    uint32_t const xb = uint32_t(gemv_detail::imin(kChunkK, p.k - chunk * kChunkK));
-    for (int t = lane; t < p.m; t += 32)
-      gemv_detail::bulk_g2s(st + t * kXStride, p.x + t * p.ldx + int64_t(chunk) * kChunkK, xb, &full[s], 0, false);
+    uint8_t* st = smem + int(i % kStages) * kStageBytes + kWBytes;
+    int32_t const chunk = int32_t((u0 + i) % p.sched.chunks);
+    CUTLASS_PRAGMA_UNROLL
+    for (int h = 0; h < kXBoxes; ++h)
+      cute::SM90_TMA_LOAD_2D::copy(&p.x_map, &full[i % kStages], 0, st + h * kXBox, chunk * kChunkK + h * kBox, 0);
   };
-  int64_t const first = (count < kStages ? count : int64_t(kStages));
+  int64_t const first = count < kStages ? count : int64_t(kStages);
   for (int64_t i = 0; i < first; ++i) load_weight(i);
   gemv_detail::wait_prerequisites();
   for (int64_t i = 0; i < first; ++i) load_x(i);
@@ -134,7 +123,15 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::consumer(Params cons
   int const g = lane / 4, t = lane % 4;
   int const w = blockIdx.x;
   int64_t const u0 = p.sched.begin(w), count = p.sched.begin(w + 1) - u0;
-  int const r0 = cw * 16 + g;  // this lane's rows in the strip: r0 and r0 + 8
+  // This lane's fragment rows g and g+8 are strip rows r0 and r1: for e4m3 (LDS.64 by half-warps)
+  // rows 2g, 2g+1, so a half-warp's four rows XOR their chunks with distinct r % 8; for e2m1
+  // (LDS.32 by the whole warp) rows g, g+8.
+  int const r0 = cw * 16 + (kE2m1 ? g : 2 * g);
+  int const r1 = r0 + (kE2m1 ? 8 : 1);
+  // Byte `x` of row `r` in a stage region of 128 B x rows boxes (box = x / 128), 128B-swizzled.
+  auto swz = [](int r, int x, int box_bytes) {
+    return (x / kBox) * box_bytes + r * kBox + ((((x % kBox) / 16) ^ (r % 8)) * 16) + x % 16;
+  };
   // D and the bias may be the previous kernel's: every consumer orders itself after it.
   gemv_detail::wait_prerequisites();
 
@@ -172,7 +169,7 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::consumer(Params cons
     cutlass::NumericConverter<ElementD, float> convert;
     CUTLASS_PRAGMA_UNROLL
     for (int h = 0; h < 2; ++h) {
-      int const row = strip * gemv_detail::kStripRows + r0 + 8 * h;
+      int const row = strip * gemv_detail::kStripRows + (h ? r1 : r0);
       if (row >= p.n) continue;
       float const b = p.bias && p.beta != 0.0f ? p.beta * float(p.bias[row]) : 0.0f;
       CUTLASS_PRAGMA_UNROLL
@@ -204,11 +201,9 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::consumer(Params cons
     for (int b = 0; b < kBlocks; ++b) {
       if (b >= nb) break;
       if (b % 4 == 0) {
-        // Four blocks' codes of rows r0 and r0 + 8 (one 32-bit word each in the atom).
-        CUTLASS_PRAGMA_UNROLL
-        for (int h = 0; h < 2; ++h)
-          wcodes[h] = *reinterpret_cast<uint32_t const*>(ws + (b / 4) * 512 +
-                                                         collective::mx_detail::atom_offset(r0 + 8 * h));
+        // Four blocks' codes of rows r0 and r1 (one 32-bit word each in the atom).
+        wcodes[0] = *reinterpret_cast<uint32_t const*>(ws + (b / 4) * 512 + collective::mx_detail::atom_offset(r0));
+        wcodes[1] = *reinterpret_cast<uint32_t const*>(ws + (b / 4) * 512 + collective::mx_detail::atom_offset(r1));
       }
       float const sw0 = e8m0_to_float((wcodes[0] >> (8 * (b % 4))) & 0xFF);
       float const sw1 = e8m0_to_float((wcodes[1] >> (8 * (b % 4))) & 0xFF);
@@ -217,18 +212,18 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::consumer(Params cons
       // K of its rows.
       uint32_t a[4];
       if constexpr (kE2m1) {
-        uint32_t const q0 = *reinterpret_cast<uint32_t const*>(st + r0 * kWStride + b * 16 + t * 4);
-        uint32_t const q1 = *reinterpret_cast<uint32_t const*>(st + (r0 + 8) * kWStride + b * 16 + t * 4);
+        uint32_t const q0 = *reinterpret_cast<uint32_t const*>(st + swz(r0, b * 16 + t * 4, kWBytes / 2));
+        uint32_t const q1 = *reinterpret_cast<uint32_t const*>(st + swz(r1, b * 16 + t * 4, kWBytes / 2));
         collective::mx_detail::e2m1x8_to_e4m3x8(q0, a[0], a[2]);
         collective::mx_detail::e2m1x8_to_e4m3x8(q1, a[1], a[3]);
       } else {
-        uint2 const q0 = *reinterpret_cast<uint2 const*>(st + r0 * kWStride + b * 32 + t * 8);
-        uint2 const q1 = *reinterpret_cast<uint2 const*>(st + (r0 + 8) * kWStride + b * 32 + t * 8);
+        uint2 const q0 = *reinterpret_cast<uint2 const*>(st + swz(r0, b * 32 + t * 8, kWBytes / 2));
+        uint2 const q1 = *reinterpret_cast<uint2 const*>(st + swz(r1, b * 32 + t * 8, kWBytes / 2));
         a[0] = q0.x, a[1] = q1.x, a[2] = q0.y, a[3] = q1.y;
       }
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kNTiles; ++j) {
-        uint2 const x = *reinterpret_cast<uint2 const*>(st + kWBytes + (8 * j + g) * kXStride + b * 32 + t * 8);
+        uint2 const x = *reinterpret_cast<uint2 const*>(st + kWBytes + swz(8 * j + g, b * 32 + t * 8, kXBox));
         float temp[4];
         gemv_detail::mma_e4m3(temp, a, x.x, x.y);
         float2 const sx = *reinterpret_cast<float2 const*>(xs + b * Tokens + 8 * j + 2 * t);
@@ -250,7 +245,10 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::consumer(Params cons
 template <class OperandW, class ElementD, int Tokens>
 cudaError_t Sm90MxGemv<OperandW, ElementD, Tokens>::run(GemmArgs const& g, cudaStream_t stream) noexcept {
   if (!can_implement(g)) return cudaErrorInvalidValue;
-  Params const params = make_params(g);
+  Params params = make_params(g);
+  if (!encode(params.w_map, g.a, g.m, kE2m1 ? g.k / 2 : g.k, g.lda, gemv_detail::kStripRows) ||
+      !encode(params.x_map, g.b, g.n, g.k, g.ldb, g.n))
+    return cudaErrorInvalidValue;
   void const* entry = reinterpret_cast<void const*>(&sm90_mx_gemv_kernel<Sm90MxGemv>);
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
