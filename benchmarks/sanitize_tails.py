@@ -27,6 +27,8 @@ MX_PARTIAL_K = [(129, 257, 1000)]  # mxfp8 only: the last scale block covers 8 e
 # last 256-byte unit, and N = 8191 / K = 8192, where strips are shared by CTAs (the cross-CTA
 # reduction: racecheck/synccheck matter there).
 GEMV_SHAPES = [(1, 7, 32), (-1, 257, 1056), (-1, 8191, 8192), (2, 1000, 28672)]
+# --quick (racecheck / synccheck, whose instrumentation is slow): a tail strip and a 16-CTA strip.
+GEMV_QUICK = [(1, 7, 32), (-1, 1000, 4096)]
 
 
 def mx_cases(cfg: str, m: int, n: int, k: int):
@@ -45,6 +47,7 @@ def mx_cases(cfg: str, m: int, n: int, k: int):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", default="", help="only configs whose name contains _<family>_")
+    ap.add_argument("--quick", action="store_true", help="decode GEMVs: two shapes only (racecheck, synccheck)")
     args = ap.parse_args()
     kernels = [k for k in pg._C.built_kernels() if f"_{args.family}_" in k["config"] or not args.family]
     configs = sorted({(k["config"], bool(k.get("fast_accum", False))) for k in kernels})
@@ -55,7 +58,7 @@ def main() -> int:
             shapes = MX_SHAPES + (MX_PARTIAL_K if "_mxfp8_" in cfg else [])
             if "_gemv_" in cfg:
                 tokens = int(cfg.split("_")[2].split("x")[1])
-                shapes = [(tokens if m < 0 else m, n, k) for m, n, k in GEMV_SHAPES]
+                shapes = [(tokens if m < 0 else m, n, k) for m, n, k in (GEMV_QUICK if args.quick else GEMV_SHAPES)]
             for m, n, k in shapes:
                 for label, call, ref in mx_cases(cfg, m, n, k):
                     try:

@@ -65,6 +65,11 @@ constexpr double kPromoteClk = 25;
 // wgmma (collective/sm90_mx_block_scaled_mma.hpp); the e8m0 expansion and scale loads add per K-tile.
 constexpr double kFp32LanesPerClk = 128;
 constexpr double kMxTileOverheadClk = 120;
+// The wgmma MX decode tiles (ping-pong, swap-AB: 64 weight rows x 16..64 tokens) are latency-
+// bound, not issue-bound: per K-tile four dependent wgmma -> wait -> promote steps. Fitted to
+// the H200 decode rows (benchmarks/results/h200_mx.md: 64x16 at 1x8192^2 44.8 us, 64x64 at
+// 64x8192^2 53.8 us: about 1100 clocks per K-tile beside the modelled wgmma and promotion).
+constexpr double kMxDecodeChainClk = 1700;
 constexpr double kOobFillBytesPerUs = 80e3;    // TMA zero-fill of out-of-bounds box rows, per SM
 constexpr double kCoopEpilogueUsPer32K = 3.3;  // cooperative epilogue per 32K-element tile
 constexpr double kL2ShareOfDram = 0.25;        // L2 -> SM traffic slows a concurrent DRAM stream
@@ -76,10 +81,13 @@ constexpr double kSplitFixupUs = 2.0;
 // (ramp of the first stages, the last strips' cross-CTA reduction), or, at larger M, its issue
 // rate: per 16 weight rows x 32 K and n8 token tile an mma.sync with its scale FMULs and FFMAs,
 // plus the e2m1 -> e4m3 conversion once per 16 x 32 weights (clocks of one SM, 4 schedulers).
-constexpr double kGemvStreamShare = 0.92;  // of the DRAM rate the GEMMs reach (ArchCost)
-constexpr double kGemvFixedUs = 2.0;
-constexpr double kGemvClkPerMma = 4.0;
-constexpr double kGemvClkPerConvert = 5.0;
+// Fitted on the H200 (benchmarks/results/issue21): e4m3 weights stream at the rate the GEMMs
+// reach (3.2 TB/s marginal between N = 8192 and 28672) after an 8.5 us intercept (launch
+// included); the issue terms from the e2m1 and M = 32, 64 rows.
+constexpr double kGemvStreamShare = 1.0;  // of ArchCost::dram_bytes_per_us
+constexpr double kGemvFixedUs = 4.5;
+constexpr double kGemvClkPerMma = 6.0;
+constexpr double kGemvClkPerConvert = 8.0;
 }  // namespace model
 
 }  // namespace
@@ -103,8 +111,9 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   double const flops_per_clk = c.flops_per_clk_16bit * (ea <= 1 ? 2 : 1);
   double stage_clk = 2.0 * g.tile_m * g.tile_n * g.tile_k / flops_per_clk;
   if (mx_alu) stage_clk = std::max(stage_clk, 2.0 * g.tile_m * g.tile_n * (g.tile_k / 32) / kFp32LanesPerClk);
-  double const overhead_clk =
-      c.stage_overhead_clk + (promoted_fp8 ? kPromoteClk : 0.0) + (mx_alu ? kMxTileOverheadClk : 0.0);
+  double const overhead_clk = c.stage_overhead_clk + (promoted_fp8 ? kPromoteClk : 0.0) +
+                              (mx_alu ? kMxTileOverheadClk : 0.0) +
+                              (mx_alu && g.style == KernelStyle::PingPong ? kMxDecodeChainClk : 0.0);
   double const eff = c.mma_eff_max * stage_clk / (stage_clk + overhead_clk);
   double const tile_mma_us = 2.0 * g.tile_m * g.tile_n * kp / flops_per_clk / eff / (c.clock_ghz * 1e3);
   // Rows past M (columns past N) are not loaded but zero-filled: see oob_us below.
