@@ -116,6 +116,27 @@ CUTLASS_DEVICE void wait_prerequisites() {
 #endif
 }
 
+// D(16x8) = A(16x16 f16) . B(16x8 f16) + C, fp32.
+CUTLASS_DEVICE void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                            uint32_t b1, float const (&c)[4]) {
+#ifdef PGEMM_GEMV_DEVICE
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#endif
+}
+
+// Two e4m3 (the low and high byte of `x`) -> f16x2, exactly (every e4m3 value is an f16).
+CUTLASS_DEVICE uint32_t e4m3x2_to_f16x2(uint32_t x) {
+  uint32_t d = 0;
+#ifdef PGEMM_GEMV_DEVICE
+  asm("{ .reg .b16 lo; cvt.u16.u32 lo, %1; cvt.rn.f16x2.e4m3x2 %0, lo; }" : "=r"(d) : "r"(x));
+#endif
+  return d;
+}
+
 CUTLASS_DEVICE uint64_t ld_acquire(uint64_t const* p) {
   uint64_t v = 0;
 #ifdef PGEMM_GEMV_DEVICE
@@ -157,9 +178,19 @@ struct Sm90MxGemv {
   static constexpr int kSBytes = kAtoms * 512;
   static constexpr int kXSBytes = kBlocks * Tokens * 4;
   static constexpr int kStageBytes = (kWBytes + kXBytes + kSBytes + kXSBytes + 1023) / 1024 * 1024;
-  static constexpr int kStages = gemv_detail::imin(gemv_detail::kMaxStages, (gemv_detail::kSmemBytes - 1024) / kStageBytes);
+  // Outside the ring, converted once per unit by the consumers instead of once per mma (SM90 runs
+  // an e4m3 mma.sync as f16 HMMAs behind per-operand conversions): each warp's weight scales in
+  // fp32 [row][block], and for up to 16 tokens the activations in f16 (two buffers, unit parity;
+  // rows padded by 64 B so a quarter-warp's LDS.128 of two tokens hits distinct banks).
+  static constexpr int kWsfBytes = gemv_detail::kConsumerWarps * 16 * kBlocks * 4;
+  static constexpr bool kHalfX = Tokens <= 16;
+  static constexpr int kX16Row = 2 * kChunkK + 64;
+  static constexpr int kX16Bytes = kHalfX ? 2 * Tokens * kX16Row : 0;
+  static constexpr int kStages = gemv_detail::imin(
+      gemv_detail::kMaxStages, (gemv_detail::kSmemBytes - 1024 - kWsfBytes - kX16Bytes) / kStageBytes);
   static_assert(kStages >= 2, "MX decode kernel: fewer than two stages fit in shared memory");
-  static constexpr int SharedStorageSize = kStages * kStageBytes + 2 * kStages * 8 + 1024;  // + alignment slack
+  static constexpr int SharedStorageSize =
+      kStages * kStageBytes + kWsfBytes + kX16Bytes + 2 * kStages * 8 + 1024;  // + alignment slack
 
   struct Params {
     CUtensorMap w_map;       // the weight (n, K) rows of bytes, 128 B x 128-row boxes
@@ -253,8 +284,11 @@ template <class Gemv>
 __global__ void __launch_bounds__(gemv_detail::kThreads, 1)
     sm90_mx_gemv_kernel(__grid_constant__ typename Gemv::Params const p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  // 128B-swizzled TMA boxes need 1024-byte aligned destinations.
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // 128B-swizzled TMA boxes need 1024-byte aligned destinations. Offsetting the shared array
+  // (not a round trip through an integer) keeps every access an LDS: the compiler must still see
+  // the shared window.
+  uint32_t const misalign = gemv_detail::smem_u32(smem_raw) % 1024;
+  uint8_t* smem = smem_raw + (misalign ? 1024 - misalign : 0);
   Gemv::kernel_body(p, smem);
 }
 

@@ -8,7 +8,7 @@ namespace persistent_gemm::kernel {
 
 template <class OperandW, class ElementD, int Tokens>
 CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::kernel_body(Params const& p, uint8_t* smem) {
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes + kWsfBytes + kX16Bytes);
   uint64_t* empty = full + kStages;
   int const warp = threadIdx.x / 32;
   if (threadIdx.x == 0) {
@@ -132,6 +132,8 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::consumer(Params cons
   auto swz = [](int r, int x, int box_bytes) {
     return (x / kBox) * box_bytes + r * kBox + ((((x % kBox) / 16) ^ (r % 8)) * 16) + x % 16;
   };
+  float* wsf = reinterpret_cast<float*>(smem + kStages * kStageBytes) + cw * 16 * kBlocks;
+  uint8_t* x16_base = smem + kStages * kStageBytes + kWsfBytes;
   // D and the bias may be the previous kernel's: every consumer orders itself after it.
   gemv_detail::wait_prerequisites();
 
@@ -196,53 +198,104 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::consumer(Params cons
     uint8_t const* ws = st + kWBytes + kXBytes;
     float const* xs = reinterpret_cast<float const*>(ws + kSBytes);
     int const nb = gemv_detail::imin(kBlocks, p.k_blocks - chunk * kBlocks);
+    // This warp's 16 rows x kBlocks weight scales, e8m0 -> fp32 once per unit: lane l widens row
+    // l / 2, half l % 2 of the blocks (one or two 4-block words of the atoms).
+    {
+      __syncwarp();  // every lane is done reading the previous unit's
+      int const lr = lane / 2;
+      int const row = cw * 16 + lr;
+      CUTLASS_PRAGMA_UNROLL
+      for (int q = 0; q < kBlocks / 8; ++q) {
+        int const b4 = (lane % 2) * (kBlocks / 8) + q;  // this lane's 4-block group
+        uint32_t const word =
+            *reinterpret_cast<uint32_t const*>(ws + b4 * 512 + collective::mx_detail::atom_offset(row));
+        float4 f;
+        f.x = e8m0_to_float(word & 0xFF);
+        f.y = e8m0_to_float((word >> 8) & 0xFF);
+        f.z = e8m0_to_float((word >> 16) & 0xFF);
+        f.w = e8m0_to_float(word >> 24);
+        *reinterpret_cast<float4*>(wsf + (lr * kBlocks + 4 * b4)) = f;
+      }
+      __syncwarp();
+    }
+    // Up to 16 tokens: the consumers widen the unit's activations to f16 once, together (the
+    // e4m3 B operand of every warp's mma would otherwise be converted per warp and block).
+    uint8_t* x16 = x16_base + (i % 2) * (Tokens * kX16Row);
+    if constexpr (kHalfX) {
+      constexpr int kGroups = kChunkK / 8;  // 8 activations per item
+      for (int e = threadIdx.x; e < p.m * kGroups; e += gemv_detail::kConsumerWarps * 32) {
+        int const tok = e / kGroups, x = (e % kGroups) * 8;
+        uint2 const q = *reinterpret_cast<uint2 const*>(st + kWBytes + swz(tok, x, kXBox));
+        uint4 h;
+        h.x = gemv_detail::e4m3x2_to_f16x2(q.x);
+        h.y = gemv_detail::e4m3x2_to_f16x2(q.x >> 16);
+        h.z = gemv_detail::e4m3x2_to_f16x2(q.y);
+        h.w = gemv_detail::e4m3x2_to_f16x2(q.y >> 16);
+        *reinterpret_cast<uint4*>(x16 + tok * kX16Row + x * 2) = h;
+      }
+      cutlass::arch::NamedBarrier::sync(gemv_detail::kConsumerWarps * 32, 1);
+    }
     // A whole unit has no branch between its blocks, so the compiler can issue every block's
     // shared-memory loads and mmas ahead of the promotions (a per-block exit test serialized the
     // blocks: measured 3x slower for e2m1). Only a strip's last unit of a K that is not a multiple
     // of the unit takes the counted loop.
     auto blocks = [&](auto whole) {
-    uint32_t wcodes[2] = {0, 0};
-    CUTLASS_PRAGMA_UNROLL
-    for (int b = 0; b < kBlocks; ++b) {
-      if constexpr (!decltype(whole)::value) {
-        if (b >= nb) break;
-      }
-      if (b % 4 == 0) {
-        // Four blocks' codes of rows r0 and r1 (one 32-bit word each in the atom).
-        wcodes[0] = *reinterpret_cast<uint32_t const*>(ws + (b / 4) * 512 + collective::mx_detail::atom_offset(r0));
-        wcodes[1] = *reinterpret_cast<uint32_t const*>(ws + (b / 4) * 512 + collective::mx_detail::atom_offset(r1));
-      }
-      float const sw0 = e8m0_to_float((wcodes[0] >> (8 * (b % 4))) & 0xFF);
-      float const sw1 = e8m0_to_float((wcodes[1] >> (8 * (b % 4))) & 0xFF);
-      // A fragment: slots (t*4..t*4+3 | 16+t*4..) of rows g, g+8 hold K = 32b + 8t + (0..3 | 4..7):
-      // one permutation of the block's K, the same on the B side, so each lane reads 8 contiguous
-      // K of its rows.
-      uint32_t a[4];
-      if constexpr (kE2m1) {
-        uint32_t const q0 = *reinterpret_cast<uint32_t const*>(st + swz(r0, b * 16 + t * 4, kWBytes / 2));
-        uint32_t const q1 = *reinterpret_cast<uint32_t const*>(st + swz(r1, b * 16 + t * 4, kWBytes / 2));
-        collective::mx_detail::e2m1x8_to_e4m3x8(q0, a[0], a[2]);
-        collective::mx_detail::e2m1x8_to_e4m3x8(q1, a[1], a[3]);
-      } else {
-        uint2 const q0 = *reinterpret_cast<uint2 const*>(st + swz(r0, b * 32 + t * 8, kWBytes / 2));
-        uint2 const q1 = *reinterpret_cast<uint2 const*>(st + swz(r1, b * 32 + t * 8, kWBytes / 2));
-        a[0] = q0.x, a[1] = q1.x, a[2] = q0.y, a[3] = q1.y;
-      }
+      float4 sw4[2];
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kNTiles; ++j) {
-        uint2 const x = *reinterpret_cast<uint2 const*>(st + kWBytes + swz(8 * j + g, b * 32 + t * 8, kXBox));
-        float temp[4];
-        gemv_detail::mma_e4m3(temp, a, x.x, x.y);
-        float2 const sx = *reinterpret_cast<float2 const*>(xs + b * Tokens + 8 * j + 2 * t);
-        float const sx0 = sx.x, sx1 = sx.y;
-        // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens). The scale product
-        // first (activation x weight), as the wgmma MX mainloop does.
-        acc[j][0] = fmaf(temp[0], sx0 * sw0, acc[j][0]);
-        acc[j][1] = fmaf(temp[1], sx1 * sw0, acc[j][1]);
-        acc[j][2] = fmaf(temp[2], sx0 * sw1, acc[j][2]);
-        acc[j][3] = fmaf(temp[3], sx1 * sw1, acc[j][3]);
+      for (int b = 0; b < kBlocks; ++b) {
+        if constexpr (!decltype(whole)::value) {
+          if (b >= nb) break;
+        }
+        if (b % 4 == 0) {
+          sw4[0] = *reinterpret_cast<float4 const*>(wsf + (r0 - cw * 16) * kBlocks + b);
+          sw4[1] = *reinterpret_cast<float4 const*>(wsf + (r1 - cw * 16) * kBlocks + b);
+        }
+        float const sw0 = (&sw4[0].x)[b % 4], sw1 = (&sw4[1].x)[b % 4];
+        // A fragment: lane t of rows g, g+8 holds K = 32b + 8t + 0..7 of its rows -- one
+        // permutation of the block's K, the same on the B side, so each lane reads 8 contiguous K.
+        uint32_t a[4];  // e4m3 x4: rows (r0 | r1) x K (8t..8t+3 | 8t+4..8t+7)
+        if constexpr (kE2m1) {
+          uint32_t const q0 = *reinterpret_cast<uint32_t const*>(st + swz(r0, b * 16 + t * 4, kWBytes / 2));
+          uint32_t const q1 = *reinterpret_cast<uint32_t const*>(st + swz(r1, b * 16 + t * 4, kWBytes / 2));
+          collective::mx_detail::e2m1x8_to_e4m3x8(q0, a[0], a[2]);
+          collective::mx_detail::e2m1x8_to_e4m3x8(q1, a[1], a[3]);
+        } else {
+          uint2 const q0 = *reinterpret_cast<uint2 const*>(st + swz(r0, b * 32 + t * 8, kWBytes / 2));
+          uint2 const q1 = *reinterpret_cast<uint2 const*>(st + swz(r1, b * 32 + t * 8, kWBytes / 2));
+          a[0] = q0.x, a[1] = q1.x, a[2] = q0.y, a[3] = q1.y;
+        }
+        uint32_t ah[8];  // f16x2: [pair p of K 8t + 2p, 8t + 2p + 1] x rows (r0 | r1)
+        if constexpr (kHalfX) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            ah[0 + h] = gemv_detail::e4m3x2_to_f16x2(a[h]);
+            ah[2 + h] = gemv_detail::e4m3x2_to_f16x2(a[h] >> 16);
+            ah[4 + h] = gemv_detail::e4m3x2_to_f16x2(a[2 + h]);
+            ah[6 + h] = gemv_detail::e4m3x2_to_f16x2(a[2 + h] >> 16);
+          }
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kNTiles; ++j) {
+          float temp[4];
+          if constexpr (kHalfX) {
+            // Two k16 f16 mmas: slots (2t, 2t+1 | 2t+8, 2t+9) hold K pairs (0 | 1), then (2 | 3).
+            uint4 const x = *reinterpret_cast<uint4 const*>(x16 + (8 * j + g) * kX16Row + (b * 32 + t * 8) * 2);
+            float const zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            gemv_detail::mma_f16(temp, ah[0], ah[1], ah[2], ah[3], x.x, x.y, zero);
+            gemv_detail::mma_f16(temp, ah[4], ah[5], ah[6], ah[7], x.z, x.w, temp);
+          } else {
+            uint2 const x = *reinterpret_cast<uint2 const*>(st + kWBytes + swz(8 * j + g, b * 32 + t * 8, kXBox));
+            gemv_detail::mma_e4m3(temp, a, x.x, x.y);
+          }
+          float2 const sx = *reinterpret_cast<float2 const*>(xs + b * Tokens + 8 * j + 2 * t);
+          // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens). The scale product
+          // first (activation x weight), as the wgmma MX mainloop does.
+          acc[j][0] = fmaf(temp[0], sx.x * sw0, acc[j][0]);
+          acc[j][1] = fmaf(temp[1], sx.y * sw0, acc[j][1]);
+          acc[j][2] = fmaf(temp[2], sx.x * sw1, acc[j][2]);
+          acc[j][3] = fmaf(temp[3], sx.y * sw1, acc[j][3]);
+        }
       }
-    }
     };
     if (nb == kBlocks)
       blocks(std::true_type{});
