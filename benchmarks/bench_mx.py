@@ -62,6 +62,8 @@ SUITE = {
 }
 #: --suite decode: issue 21's rows (the MX decode GEMV's range and one past it)
 DECODE = {"decode": [(m, 8192, 8192) for m in (1, 16, 32, 64)] + [(1, 28672, 8192), (16, 28672, 8192)]}
+#: --suite decode_min: the decode rows a short device session can afford
+DECODE_MIN = {"decode": [(1, 8192, 8192), (16, 8192, 8192), (1, 28672, 8192)]}
 QUICK = {"square": [(8192, 8192, 8192)], "decode": [(1, 8192, 8192), (16, 8192, 8192)]}
 OPS = ("mxfp8_mm", "fp8_fp4_mm")
 EXPLAIN_DTYPE = {"mxfp8_mm": "mxfp8", "fp8_fp4_mm": "e4m3xe2m1"}
@@ -368,7 +370,7 @@ def summary(rows: list[dict], bw: dict, gpu: str, args) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="benchmarks/results/h200_mx.csv", help="CSV path (<out>.md is written beside it)")
-    ap.add_argument("--suite", choices=["quick", "decode", "full"], default="full")
+    ap.add_argument("--suite", choices=["quick", "decode", "decode_min", "full"], default="full")
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, from {list(OPS)}")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=30)
@@ -396,7 +398,7 @@ def main() -> int:
     bw = bandwidth()
     print(f"bandwidth: copy {bw['copy_rw_gbps']:.0f} GB/s read+written ({bw['copy_read_gbps']:.0f} read side), "
           f"read-only sum {bw['sum_read_gbps']:.0f} GB/s", flush=True)
-    suite = {"full": SUITE, "decode": DECODE}.get(args.suite, QUICK)
+    suite = {"full": SUITE, "decode": DECODE, "decode_min": DECODE_MIN}.get(args.suite, QUICK)
     rows = []
     for op in ops:
         for group, shapes in suite.items():
