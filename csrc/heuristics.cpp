@@ -81,13 +81,14 @@ constexpr double kSplitFixupUs = 2.0;
 // (ramp of the first stages, the last strips' cross-CTA reduction), or, at larger M, its issue
 // rate: per 16 weight rows x 32 K and n8 token tile an mma.sync with its scale FMULs and FFMAs,
 // plus the e2m1 -> e4m3 conversion once per 16 x 32 weights (clocks of one SM, 4 schedulers).
-// Fitted on the H200 (benchmarks/results/issue21): e4m3 weights stream at the rate the GEMMs
-// reach (3.2 TB/s marginal between N = 8192 and 28672) after an 8.5 us intercept (launch
-// included); the issue terms from the e2m1 and M = 32, 64 rows.
-constexpr double kGemvStreamShare = 1.0;  // of ArchCost::dram_bytes_per_us
-constexpr double kGemvFixedUs = 4.5;
-constexpr double kGemvClkPerMma = 6.0;
-constexpr double kGemvClkPerConvert = 8.0;
+// Fitted on the H200 (benchmarks/results/issue21/h200_decode_gemv.md): e4m3 weights stream at
+// 4.28 TB/s marginal between N = 8192 and 28672 (1.3x the rate the tile GEMMs reach, ArchCost)
+// after a 7.7 us intercept (launch included); the issue terms from the e2m1 rows (M = 1, 16), which
+// are bound by instruction issue, not by the stream.
+constexpr double kGemvStreamShare = 1.3;  // of ArchCost::dram_bytes_per_us
+constexpr double kGemvFixedUs = 3.7;
+constexpr double kGemvClkPerMma = 10.0;
+constexpr double kGemvClkPerConvert = 22.0;
 }  // namespace model
 
 }  // namespace
@@ -156,8 +157,8 @@ Estimate estimate_gemv(Request const& r, KernelGeometry const& g, ArchCost const
   double const bytes = double(r.m) * row_bytes + double(r.m) * cdiv(r.k, 32) + double(r.n) * r.k * 1.0;
   // Few units (a narrow weight) leave SMs idle: then one SM's inflow bounds the stream.
   e.dram_us = std::max(bytes / (c.dram_bytes_per_us * kGemvStreamShare), bytes / (workers * c.sm_load_bytes_per_us));
-  double const mmas = double(cdiv(r.m, 16)) * cdiv(r.k, 32);  // per n8 token tile
-  double const clk = mmas * (cdiv(r.n, 8) * kGemvClkPerMma + (e2m1 ? kGemvClkPerConvert : 0.0)) / workers;
+  double const mmas = double(cdiv(r.m, 16)) * cdiv(r.k, 32);  // per n8 token tile (all of the config's run)
+  double const clk = mmas * (g.tile_n / 8 * kGemvClkPerMma + (e2m1 ? kGemvClkPerConvert : 0.0)) / workers;
   e.mma_us = clk / (c.clock_ghz * 1e3);
   e.us = std::max(e.dram_us, e.mma_us) + kGemvFixedUs + c.launch_us;
   return e;
