@@ -335,7 +335,7 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                         : e.a_dtype == DType::E4M3 ? (e.fast_accum ? ", fast accumulation" : ", promoted fp32 accumulation")
                                                    : "") +
                        (e.geometry.style == KernelStyle::Gemv
-                            ? ", decode GEMV: mma.sync m16n8k32 over 128-row weight strips, stream-K across SMs with "
+                            ? ", decode GEMV: mma.sync per 32-K block over 128-row weight strips, stream-K across SMs with "
                               "a fixed-order reduction of shared strips, activation scales read plain"
                         : e.swap_ab ? ", swap-AB (weight on the MMA's M side, D written transposed)" : "") +
                        (e.geometry.split_k > 1
