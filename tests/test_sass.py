@@ -107,3 +107,17 @@ def test_sm100a_mx_kernels_issue_block_scaled_mma():
         if not two_sm:
             assert ".2CTA" not in body, f"1-SM kernel with paired-CTA instructions: {name[:120]}"
         assert "UTMALDG" in body and "UTMASTG" in body, "TMA loads and stores"
+
+
+def test_sm90a_mx_decode_gemv_streams_by_tma_and_reads_shared_memory_with_lds():
+    """Every MX decode GEMV kernel loads by TMA, reads its operands with LDS (a generic LD here once
+    came from an integer-rounded shared pointer and cost 3x), and runs f16 HMMAs (SM90 lowers the
+    e4m3 mma.sync to them; the kernel widens operands itself up to 16 tokens)."""
+    built = [e for e in pg._C.built_kernels() if e["arch"] == "sm90a" and "_gemv_" in e["config"]]
+    if not built:
+        pytest.skip("no MX decode GEMV built")
+    gemv = {name: body for name, body in _functions(sass("sm90a")).items() if "Sm90MxGemv" in name}
+    assert len(gemv) == len(built), (len(gemv), len(built))
+    for name, body in gemv.items():
+        assert "UTMALDG" in body and re.search(r"\bHMMA\.16816\.F32\b", body) and "LDS" in body, name
+        assert not re.search(r"\bLD\.E\b", body), f"{name}: generic loads (a shared pointer lost its space)"
