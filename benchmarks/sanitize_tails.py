@@ -19,6 +19,7 @@ import argparse
 import torch
 
 import persistent_gemm as pg
+from persistent_gemm.catalogue import KernelConfig
 
 SHAPES = [(1, 7, 33), (129, 257, 1000), (257, 129, 300), (7, 1000, 129)]
 MX_SHAPES = [(1, 7, 32), (129, 257, 1056), (257, 129, 320), (7, 1000, 160)]
@@ -57,7 +58,7 @@ def main() -> int:
         if "_mxfp8_" in cfg or "_e4m3xe2m1_" in cfg:
             shapes = MX_SHAPES + (MX_PARTIAL_K if "_mxfp8_" in cfg else [])
             if "_gemv_" in cfg:
-                tokens = int(cfg.split("_")[2].split("x")[1])
+                tokens = KernelConfig.from_name(cfg).tile[1]
                 shapes = [(tokens if m < 0 else m, n, k) for m, n, k in (GEMV_QUICK if args.quick else GEMV_SHAPES)]
             for m, n, k in shapes:
                 for label, call, ref in mx_cases(cfg, m, n, k):

@@ -16,13 +16,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .catalogue import GEMV_CHUNK_BYTES, GEMV_STRIP_ROWS, MX_DTYPES
+from .library import ELEMENTS, lowering
+
 __all__ = ["ROLES", "StripPiece", "StripStreamK"]
 
-STRIP_ROWS = 128
-CHUNK_BYTES = 256
 #: What a worker does with its piece of a strip (scheduler::StripRole).
 ROLES = ("whole", "partial", "reducer")
-_WEIGHT_BYTES = {"mxfp8": 1.0, "e4m3xe2m1": 0.5}
+
+def _weight_bytes(dtype: str) -> float:
+    """Bytes per weight element of an MX family (its lowering record's weight element)."""
+    low = lowering("sm90a", dtype) if dtype in MX_DTYPES else None
+    if low is None:
+        raise ValueError(f"dtype must be one of {MX_DTYPES}, got {dtype!r}")
+    return ELEMENTS[low.b].bits / 8
 
 
 class StripPiece(NamedTuple):
@@ -51,12 +58,11 @@ class StripStreamK:
     def for_problem(cls, n: int, k: int, dtype: str, sm_count: int) -> "StripStreamK":
         """The schedule the kernel runs for an (N, K) weight of MX family ``dtype`` on ``sm_count``
         SMs (Sm90MxGemv::schedule)."""
-        if dtype not in _WEIGHT_BYTES:
-            raise ValueError(f"dtype must be one of {tuple(_WEIGHT_BYTES)}, got {dtype!r}")
+        per_k = _weight_bytes(dtype)
         if n < 1 or k < 1 or sm_count < 1:
             raise ValueError(f"n, k and sm_count must be >= 1, got {n}, {k}, {sm_count}")
-        strips = -(-n // STRIP_ROWS)
-        chunks = -(-int(k * _WEIGHT_BYTES[dtype]) // CHUNK_BYTES)
+        strips = -(-n // GEMV_STRIP_ROWS)
+        chunks = -(-int(k * per_k) // GEMV_CHUNK_BYTES)
         return cls(strips, chunks, min(strips * chunks, sm_count))
 
     @property

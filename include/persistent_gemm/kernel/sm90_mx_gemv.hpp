@@ -77,17 +77,13 @@ CUTLASS_DEVICE uint64_t evict_first_policy() {
   return policy;
 }
 
-// One 1-D bulk copy global -> shared, completing `bytes` on the mbarrier (16-byte multiples).
-CUTLASS_DEVICE void bulk_g2s(void* dst, void const* src, uint32_t bytes, uint64_t* bar, uint64_t policy,
-                             bool hint) {
+// One 1-D bulk copy global -> shared with an L2 cache policy, completing `bytes` (a multiple of
+// 16) on the mbarrier: the weight's scale atoms.
+CUTLASS_DEVICE void bulk_g2s(void* dst, void const* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
 #ifdef PGEMM_GEMV_DEVICE
-  if (hint)
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
-        ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy) : "memory");
-  else
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+      ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy) : "memory");
 #endif
 }
 

@@ -50,7 +50,7 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::producer(Params cons
       cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &full[s], policy, st + h * (kWBytes / 2),
                                    chunk * gemv_detail::kChunkBytes + h * kBox, strip * gemv_detail::kStripRows);
     gemv_detail::bulk_g2s(st + kWBytes + kXBytes, p.w_scale + (int64_t(strip) * p.k_atoms + chunk * kAtoms) * 512,
-                          uint32_t(atoms) * 512u, &full[s], policy, true);
+                          uint32_t(atoms) * 512u, &full[s], policy);
   };
   // The activation rows of unit i: written by the previous kernel, so after the PDL wait.
   auto load_x = [&](int64_t i) {
@@ -264,7 +264,7 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::consumer(Params cons
           uint2 const q1 = *reinterpret_cast<uint2 const*>(st + swz(r1, b * 32 + t * 8, kWBytes / 2));
           a[0] = q0.x, a[1] = q1.x, a[2] = q0.y, a[3] = q1.y;
         }
-        uint32_t ah[8];  // f16x2: [pair p of K 8t + 2p, 8t + 2p + 1] x rows (r0 | r1)
+        [[maybe_unused]] uint32_t ah[8];  // f16x2: [pair p of K 8t + 2p, 8t + 2p + 1] x rows (r0 | r1)
         if constexpr (kHalfX) {
           CUTLASS_PRAGMA_UNROLL
           for (int h = 0; h < 2; ++h) {
