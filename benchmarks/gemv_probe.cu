@@ -125,28 +125,78 @@ int probe(int M, int N, int K, int iters, bool fp4) {
   }
   std::sort(times.begin(), times.end());
   double const us = times[times.size() / 2];
-  std::printf("%s M=%d N=%d K=%d tokens=%d stages=%d workers=%d: %.2f us, %.2f TB/s of weight+scales, "
-              "max rel err %.3g\n", fp4 ? "fp4" : "fp8", M, N, K, int(Gemv::kNTiles * 8), int(Gemv::kStages),
+  std::printf("%s M=%d N=%d K=%d tokens=%d ctas/sm=%d stages=%d workers=%d: %.2f us, %.2f TB/s of weight+scales, "
+              "max rel err %.3g\n", fp4 ? "fp4" : "fp8", M, N, K, int(Gemv::kNTiles * 8), int(Gemv::kCtasPerSm), int(Gemv::kStages),
               int(Gemv::schedule(g).workers), us, wbytes / us * 1e-6, worst);
   return worst < 1e-5 ? 0 : 1;
 }
 
 template <class W>
-int dispatch(int M, int N, int K, int iters, bool fp4) {
+int dispatch(int M, int N, int K, int iters, bool fp4, int ctas) {
+  if (ctas == 2 && M <= 8) return probe<kernel::Sm90MxGemv<W, float, 8, 2>>(M, N, K, iters, fp4);
+  // Two 16-token FP4 rings (with their f16 activation buffers) do not fit half an SM.
+  if constexpr (std::is_same_v<W, kernel::GemvWeightE4m3>)
+    if (ctas == 2 && M <= 16) return probe<kernel::Sm90MxGemv<W, float, 16, 2>>(M, N, K, iters, fp4);
   if (M <= 8) return probe<kernel::Sm90MxGemv<W, float, 8>>(M, N, K, iters, fp4);
   if (M <= 16) return probe<kernel::Sm90MxGemv<W, float, 16>>(M, N, K, iters, fp4);
   if (M <= 32) return probe<kernel::Sm90MxGemv<W, float, 32>>(M, N, K, iters, fp4);
   return probe<kernel::Sm90MxGemv<W, float, 64>>(M, N, K, iters, fp4);
 }
 
+// The floor of a graph of `per` launches: an empty kernel with the GEMV's launch attributes
+// (PDL), so a GEMV's time above it is its own.
+__global__ void empty_kernel() {
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+static int floor_probe(int iters, int blocks) {
+  int const per = 20;
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaLaunchAttribute attr[1]{};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(320);
+  config.stream = st;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < per; ++i) CK(cudaLaunchKernelEx(&config, empty_kernel));
+  CK(cudaStreamEndCapture(st, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<float> times;
+  for (int it = 0; it < iters + 3; ++it) {
+    CK(cudaEventRecord(e0, st));
+    CK(cudaGraphLaunch(exec, st));
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (it >= 3) times.push_back(ms * 1000 / per);
+  }
+  std::sort(times.begin(), times.end());
+  std::printf("empty kernel x%d blocks (PDL) in graph replay: %.2f us per launch\n", blocks, times[times.size() / 2]);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "empty") return floor_probe(50, argc > 2 ? std::atoi(argv[2]) : 132);
   if (argc < 5) {
-    std::printf("usage: %s fp4|fp8 M N K [iters]\n", argv[0]);
+    std::printf("usage: %s fp4|fp8 M N K [iters [ctas_per_sm]] | empty [blocks]\n", argv[0]);
     return 2;
   }
   bool const fp4 = std::string(argv[1]) == "fp4";
   int const M = std::atoi(argv[2]), N = std::atoi(argv[3]), K = std::atoi(argv[4]);
   int const iters = argc > 5 ? std::atoi(argv[5]) : 20;
-  return fp4 ? dispatch<kernel::GemvWeightE2m1>(M, N, K, iters, true)
-             : dispatch<kernel::GemvWeightE4m3>(M, N, K, iters, false);
+  int const ctas = argc > 6 ? std::atoi(argv[6]) : 1;
+  return fp4 ? dispatch<kernel::GemvWeightE2m1>(M, N, K, iters, true, ctas)
+             : dispatch<kernel::GemvWeightE4m3>(M, N, K, iters, false, ctas);
 }

@@ -58,6 +58,7 @@ constexpr int kConsumerWarps = kStripRows / 16;
 constexpr int kProducerWarp = kConsumerWarps, kScaleWarp = kConsumerWarps + 1;
 constexpr int kThreads = (kConsumerWarps + 2) * 32;
 constexpr int kSmemBytes = 232448;  // SM90 opt-in dynamic shared memory per CTA
+constexpr int kSmemPerSm = 233472;  // SM90 shared memory per SM; each resident CTA reserves 1 KB
 constexpr int kMaxStages = 6;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -148,7 +149,9 @@ CUTLASS_DEVICE void st_release(uint64_t* p, uint64_t v) {
 
 }  // namespace gemv_detail
 
-template <class OperandW, class ElementD, int Tokens>
+// CtasPerSm resident CTAs share an SM (each with its own ring): more consumer warps per
+// scheduler to hide the per-block LDS -> convert -> mma -> FFMA latency, fewer stages each.
+template <class OperandW, class ElementD, int Tokens, int CtasPerSm = 1>
 struct Sm90MxGemv {
   static constexpr bool kE2m1 = std::is_same_v<OperandW, GemvWeightE2m1>;
   static_assert(kE2m1 || std::is_same_v<OperandW, GemvWeightE4m3>, "OperandW: GemvWeightE4m3 or GemvWeightE2m1");
@@ -157,6 +160,10 @@ struct Sm90MxGemv {
   static_assert(std::is_same_v<ElementD, cutlass::bfloat16_t> || std::is_same_v<ElementD, cutlass::half_t> ||
                     std::is_same_v<ElementD, float>,
                 "MX decode kernel: D is bf16, fp16 or fp32");
+  static_assert(CtasPerSm == 1 || CtasPerSm == 2, "MX decode kernel: CtasPerSm is 1 or 2");
+  static constexpr int kCtasPerSm = CtasPerSm;
+  static constexpr int kSmemBudget =
+      CtasPerSm == 1 ? gemv_detail::kSmemBytes : gemv_detail::kSmemPerSm / CtasPerSm - 1024;
   using Schedule = scheduler::StripStreamK;
   static constexpr int kNTiles = Tokens / 8;
   static constexpr int kChunkK = kE2m1 ? 2 * gemv_detail::kChunkBytes : gemv_detail::kChunkBytes;
@@ -183,10 +190,12 @@ struct Sm90MxGemv {
   static constexpr int kX16Row = 2 * kChunkK + 64;
   static constexpr int kX16Bytes = kHalfX ? 2 * Tokens * kX16Row : 0;
   static constexpr int kStages = gemv_detail::imin(
-      gemv_detail::kMaxStages, (gemv_detail::kSmemBytes - 1024 - kWsfBytes - kX16Bytes) / kStageBytes);
+      gemv_detail::kMaxStages,
+      (kSmemBudget - 1024 - 2 * gemv_detail::kMaxStages * 8 - kWsfBytes - kX16Bytes) / kStageBytes);
   static_assert(kStages >= 2, "MX decode kernel: fewer than two stages fit in shared memory");
   static constexpr int SharedStorageSize =
       kStages * kStageBytes + kWsfBytes + kX16Bytes + 2 * kStages * 8 + 1024;  // + alignment slack
+  static_assert(SharedStorageSize <= kSmemBudget, "MX decode kernel: shared storage over the per-CTA budget");
 
   struct Params {
     CUtensorMap w_map;       // the weight (n, K) rows of bytes, 128 B x 128-row boxes
@@ -210,7 +219,8 @@ struct Sm90MxGemv {
     int32_t const strips = (g.m + gemv_detail::kStripRows - 1) / gemv_detail::kStripRows;
     int32_t const row_bytes = kE2m1 ? g.k / 2 : g.k;
     int32_t const chunks = (row_bytes + gemv_detail::kChunkBytes - 1) / gemv_detail::kChunkBytes;
-    int32_t const sms = g.max_workers > 0 ? std::min(g.max_workers, g.sm_count) : g.sm_count;
+    int32_t const slots = g.sm_count * CtasPerSm;
+    int32_t const sms = g.max_workers > 0 ? std::min(g.max_workers, slots) : slots;
     return {strips, chunks, Schedule::workers_for(strips, chunks, std::max(sms, 1))};
   }
 
@@ -277,7 +287,7 @@ struct Sm90MxGemv {
 };
 
 template <class Gemv>
-__global__ void __launch_bounds__(gemv_detail::kThreads, 1)
+__global__ void __launch_bounds__(gemv_detail::kThreads, Gemv::kCtasPerSm)
     sm90_mx_gemv_kernel(__grid_constant__ typename Gemv::Params const p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // 128B-swizzled TMA boxes need 1024-byte aligned destinations. Offsetting the shared array

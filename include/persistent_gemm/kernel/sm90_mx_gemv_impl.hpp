@@ -1,20 +1,23 @@
 // Device roles and host launch of Sm90MxGemv (declared in sm90_mx_gemv.hpp, which says what
 // each role does). Stage s of the ring: [weight boxes][activation boxes][weight scale atoms]
 // [activation scales, block-major]; full[s] completes on the copies' bytes plus the scale
-// warp's arrival, empty[s] on one arrival per consumer warp.
+// warp's 32 arrivals, empty[s] on one arrival per consumer thread.
 #pragma once
 
 namespace persistent_gemm::kernel {
 
-template <class OperandW, class ElementD, int Tokens>
-CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::kernel_body(Params const& p, uint8_t* smem) {
+template <class OperandW, class ElementD, int Tokens, int CtasPerSm>
+CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::kernel_body(Params const& p, uint8_t* smem) {
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes + kWsfBytes + kX16Bytes);
   uint64_t* empty = full + kStages;
   int const warp = threadIdx.x / 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      cutlass::arch::ClusterBarrier::init(&full[s], 2);  // producer's expect-tx + scale warp
-      cutlass::arch::ClusterBarrier::init(&empty[s], gemv_detail::kConsumerWarps);
+      // Every thread that touched the stage arrives itself (no lane speaks for its warp): the
+      // hand-offs then rest on the mbarriers alone, which compute-sanitizer's racecheck models;
+      // a __syncwarp the compiler proves redundant is not an ordering it can see.
+      cutlass::arch::ClusterBarrier::init(&full[s], 1 + 32);  // producer's expect-tx + scale lanes
+      cutlass::arch::ClusterBarrier::init(&empty[s], gemv_detail::kConsumerWarps * 32);
     }
     cutlass::arch::fence_barrier_init();
   }
@@ -29,8 +32,8 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::kernel_body(Params c
     consumer(p, smem, full, empty);
 }
 
-template <class OperandW, class ElementD, int Tokens>
-CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::producer(Params const& p, uint8_t* smem, uint64_t* full,
+template <class OperandW, class ElementD, int Tokens, int CtasPerSm>
+CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::producer(Params const& p, uint8_t* smem, uint64_t* full,
                                                                        uint64_t* empty) {
   if (threadIdx.x % 32 != 0) return;  // one thread issues: a unit is 2 + kXBoxes TMA boxes and a bulk copy
   int const w = blockIdx.x;
@@ -71,8 +74,8 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::producer(Params cons
   }
 }
 
-template <class OperandW, class ElementD, int Tokens>
-CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::scale_loader(Params const& p, uint8_t* smem,
+template <class OperandW, class ElementD, int Tokens, int CtasPerSm>
+CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::scale_loader(Params const& p, uint8_t* smem,
                                                                            uint64_t* full, uint64_t* empty) {
   int const lane = threadIdx.x % 32;
   int const w = blockIdx.x;
@@ -108,15 +111,14 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::scale_loader(Params 
     float* xs = reinterpret_cast<float*>(smem + s * kStageBytes + kWBytes + kXBytes + kSBytes);
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < kPerLane; ++j) xs[lane + 32 * j] = collective::mx_detail::e8m0_to_float(cur[j]);
-    __syncwarp();
-    if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&full[s]);
+    cutlass::arch::ClusterBarrier::arrive(&full[s]);
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < kPerLane; ++j) cur[j] = next[j];
   }
 }
 
-template <class OperandW, class ElementD, int Tokens>
-CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::consumer(Params const& p, uint8_t* smem, uint64_t* full,
+template <class OperandW, class ElementD, int Tokens, int CtasPerSm>
+CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::consumer(Params const& p, uint8_t* smem, uint64_t* full,
                                                                        uint64_t* empty) {
   using collective::mx_detail::e8m0_to_float;
   int const lane = threadIdx.x % 32, cw = threadIdx.x / 32;
@@ -301,14 +303,13 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens>::consumer(Params cons
       blocks(std::true_type{});
     else
       blocks(std::false_type{});
-    __syncwarp();
-    if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty[s]);
+    cutlass::arch::ClusterBarrier::arrive(&empty[s]);
     if (chunk == p.sched.chunks - 1 || i == count - 1) finish(strip);
   }
 }
 
-template <class OperandW, class ElementD, int Tokens>
-cudaError_t Sm90MxGemv<OperandW, ElementD, Tokens>::run(GemmArgs const& g, cudaStream_t stream) noexcept {
+template <class OperandW, class ElementD, int Tokens, int CtasPerSm>
+cudaError_t Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::run(GemmArgs const& g, cudaStream_t stream) noexcept {
   if (!can_implement(g)) return cudaErrorInvalidValue;
   Params params = make_params(g);
   if (!encode(params.w_map, g.a, g.m, kE2m1 ? g.k / 2 : g.k, g.lda, gemv_detail::kStripRows) ||
@@ -319,6 +320,11 @@ cudaError_t Sm90MxGemv<OperandW, ElementD, Tokens>::run(GemmArgs const& g, cudaS
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
   if ((err = opt_in_smem<Sm90MxGemv>(entry, device)) != cudaSuccess) return err;
+  if constexpr (CtasPerSm > 1) {
+    // Two rings per SM only fit when the L1/shared split gives shared memory all it can.
+    err = cudaFuncSetAttribute(entry, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (err != cudaSuccess) return err;
+  }
   // Programmatic dependent launch: the weight stream starts before the previous kernel ends.
   cudaLaunchAttribute attr[1]{};
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
