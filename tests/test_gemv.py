@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from persistent_gemm import codegen
-from persistent_gemm.catalogue import CATALOGUE, GEMV_CTAS_PER_SM, GEMV_TOKENS, ConfigError, KernelConfig
+from persistent_gemm.catalogue import CATALOGUE, ConfigError, GEMV_TOKENS, KernelConfig
 from persistent_gemm.schedule import TileSchedule
 from persistent_gemm.strip_schedule import ROLES, StripStreamK
 
@@ -71,15 +71,10 @@ def test_strip_stream_k_owner_inverts_begin():
 
 
 def test_strip_stream_k_for_problem_matches_the_kernels_units():
-    fp4 = StripStreamK.for_problem(8192, 8192, "e4m3xe2m1", 132, tokens=16)
-    fp8 = StripStreamK.for_problem(8192, 8192, "mxfp8", 132, tokens=32)
+    fp4 = StripStreamK.for_problem(8192, 8192, "e4m3xe2m1", 132)
+    fp8 = StripStreamK.for_problem(8192, 8192, "mxfp8", 132)
     assert (fp4.strips, fp4.chunks, fp4.workers) == (64, 16, 132)
     assert (fp8.strips, fp8.chunks, fp8.workers) == (64, 32, 132)
-    # Two resident CTAs per SM where the catalogue says so: a worker per CTA.
-    for dtype, tokens in GEMV_CTAS_PER_SM:
-        assert StripStreamK.for_problem(8192, 8192, dtype, 132, tokens=tokens).workers == 264
-    with pytest.raises(ValueError, match="tokens"):
-        StripStreamK.for_problem(8192, 8192, "mxfp8", 132, tokens=12)
     small = StripStreamK.for_problem(129, 32, "mxfp8", 132)  # 2 strips x 1 unit: 2 workers
     assert (small.strips, small.chunks, small.workers) == (2, 1, 2)
     assert "stream-K over 64 strips" in fp4.summary()
@@ -148,13 +143,7 @@ def test_gemv_configs_share_one_tu_per_family_and_have_no_device_walk(tmp_path):
     assert names == sorted(["sm90a_mxfp8_gemv.cu", "sm90a_e4m3xe2m1_gemv.cu", "kernel_table.cpp", "scale_layout.cu",
                             "module.cpp"])
     tu = (tmp_path / "sm90a" / "sm90a_e4m3xe2m1_gemv.cu").read_text()
-    assert tu.count("using Gemm = persistent_gemm::kernel::Sm90MxGemv<OperandW, ElementD, kTokens, kCtasPerSm>;") == 4 * 3
-    # the catalogue's CTAs-per-SM table is what the TU instantiates, per token tile
-    for fam in ("mxfp8", "e4m3xe2m1"):
-        text = (tmp_path / "sm90a" / f"sm90a_{fam}_gemv.cu").read_text()
-        for t in GEMV_TOKENS:
-            block = text.split(f"constexpr int kTokens = {t};")[1].split("using Gemm")[0]
-            assert f"constexpr int kCtasPerSm = {GEMV_CTAS_PER_SM.get((fam, t), 1)};" in block
+    assert tu.count("using Gemm = persistent_gemm::kernel::Sm90MxGemv<OperandW, ElementD, kTokens>;") == 4 * 3
     assert "using OperandW = persistent_gemm::kernel::GemvWeightE2m1;" in tu
     table = (tmp_path / "sm90a" / "kernel_table.cpp").read_text()
     assert "KernelStyle::Gemv" in table and "schedule_sm90a_mxfp8" not in table

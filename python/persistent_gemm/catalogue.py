@@ -57,17 +57,6 @@ SM100_MX_EPILOGUE_SMEM_BYTES = 17408    # the TMA-store epilogue's staging + bar
 GEMV_STRIP_ROWS = 128
 GEMV_CHUNK_BYTES = 256
 GEMV_TOKENS: tuple[int, ...] = (8, 16, 32, 64)
-#: Resident CTAs per SM of a decode GEMV (dtype, tokens) -> 2 where two half-size rings fit and
-#: measured faster: twice the consumer warps per scheduler hide the per-block LDS -> convert ->
-#: mma -> FFMA chain (H100 probe, benchmarks/results/issue21: FP4 8 tokens 28.2 -> 25.4 us at
-#: 8192^2, 76.3 -> 68.4 us at 28672x8192; MXFP8 -3 %). Others run one CTA (16-token FP4 rings
-#: do not fit half an SM; 32/64 tokens spill at half the registers). Lowered to kCtasPerSm.
-GEMV_CTAS_PER_SM: dict[tuple[str, int], int] = {("e4m3xe2m1", 8): 2, ("mxfp8", 8): 2, ("mxfp8", 16): 2}
-
-
-def gemv_ctas_per_sm(dtype: str, tokens: int) -> int:
-    """Resident CTAs per SM of the decode GEMV of MX family ``dtype`` at ``tokens`` (1 or 2)."""
-    return GEMV_CTAS_PER_SM.get((dtype, tokens), 1)
 #: Name token of swap-AB configs: the weight is the MMA's A operand, D is written transposed.
 _SWAP_TOKEN = "swapab"
 

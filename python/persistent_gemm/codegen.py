@@ -23,7 +23,7 @@ from string import Template
 from typing import Iterable, Optional, Sequence
 
 from .archs import ARCHS
-from .catalogue import CATALOGUE, KernelConfig, gemv_ctas_per_sm, selected
+from .catalogue import CATALOGUE, KernelConfig, selected
 
 from .library import (ELEMENTS, GEMV_BUILDER, GEMV_HEADER, GEMV_VARIANTS, SCALE_MODES, Variant,  # noqa: F401
                       fit_variants, lowering)  # (Variant: codegen.Variant)
@@ -171,8 +171,7 @@ _GEMV_KERNEL = Template(
 using OperandW = ${gemv_weight};  // the weight's bytes; the activations are e4m3
 using ElementD = ${d_type};
 constexpr int kTokens = ${tile_n};  // tokens per launch: whole n8 MMA tiles
-constexpr int kCtasPerSm = ${ctas_per_sm};  // resident CTAs per SM (catalogue.GEMV_CTAS_PER_SM)
-using Gemm = ${builder}<OperandW, ElementD, kTokens, kCtasPerSm>;
+using Gemm = ${builder}<OperandW, ElementD, kTokens>;
 }  // namespace k_${ident}
 ${entry_points}"""
 )
@@ -286,7 +285,7 @@ def gemv_tu(arch: str, family: str, kernels: Sequence[tuple[KernelConfig, Varian
     low = lowering(arch, family)
     body = "".join(_GEMV_KERNEL.substitute(
         c.template_args(), suffix=v.suffix, ident=ident(f"{c.name}__{v.suffix}"), gemv_weight=low.gemv_weight,
-        d_type=ELEMENTS[v.out].cpp, builder=GEMV_BUILDER, ctas_per_sm=gemv_ctas_per_sm(family, c.tile[1]),
+        d_type=ELEMENTS[v.out].cpp, builder=GEMV_BUILDER,
         entry_points=_ENTRY_POINTS.substitute(ident=ident(f"{c.name}__{v.suffix}"))) for c, v in kernels)
     return _GEMV_TU.substitute(arch=arch, family=family, header=GEMV_HEADER, kernels=body)
 

@@ -3,7 +3,7 @@
 The Python twin of ``include/persistent_gemm/scheduler/strip_stream_k.hpp`` (same numbers,
 same roles): the weight's N rows are cut into 128-row strips and each strip's K into work units
 of 256 weight bytes per row; the ``strips x chunks`` units are numbered strip-major and dealt to
-W workers (one per resident CTA: one or two per SM, catalogue.GEMV_CTAS_PER_SM) as contiguous ranges whose lengths differ by at most one. A worker
+W workers (one CTA per SM) as contiguous ranges whose lengths differ by at most one. A worker
 therefore streams long K runs, and only strips that straddle two workers' ranges are reduced
 across CTAs, in worker order (deterministic).
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .catalogue import GEMV_CHUNK_BYTES, GEMV_STRIP_ROWS, GEMV_TOKENS, MX_DTYPES, gemv_ctas_per_sm
+from .catalogue import GEMV_CHUNK_BYTES, GEMV_STRIP_ROWS, MX_DTYPES
 from .library import ELEMENTS, lowering
 
 __all__ = ["ROLES", "StripPiece", "StripStreamK"]
@@ -55,17 +55,15 @@ class StripStreamK:
             raise ValueError(f"workers ({self.workers}) must not exceed the units ({self.units}): each owns one at least")
 
     @classmethod
-    def for_problem(cls, n: int, k: int, dtype: str, sm_count: int, tokens: int = 8) -> "StripStreamK":
+    def for_problem(cls, n: int, k: int, dtype: str, sm_count: int) -> "StripStreamK":
         """The schedule the kernel runs for an (N, K) weight of MX family ``dtype`` on ``sm_count``
-        SMs with the ``tokens`` config (Sm90MxGemv::schedule: one worker per resident CTA)."""
+        SMs (Sm90MxGemv::schedule)."""
         per_k = _weight_bytes(dtype)
         if n < 1 or k < 1 or sm_count < 1:
             raise ValueError(f"n, k and sm_count must be >= 1, got {n}, {k}, {sm_count}")
-        if tokens not in GEMV_TOKENS:
-            raise ValueError(f"tokens must be one of {GEMV_TOKENS}, got {tokens!r}")
         strips = -(-n // GEMV_STRIP_ROWS)
         chunks = -(-int(k * per_k) // GEMV_CHUNK_BYTES)
-        return cls(strips, chunks, min(strips * chunks, sm_count * gemv_ctas_per_sm(dtype, tokens)))
+        return cls(strips, chunks, min(strips * chunks, sm_count))
 
     @property
     def units(self) -> int:
