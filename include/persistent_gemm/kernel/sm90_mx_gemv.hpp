@@ -134,6 +134,27 @@ CUTLASS_DEVICE uint32_t e4m3x2_to_f16x2(uint32_t x) {
   return d;
 }
 
+// Eight e2m1 codes (nibble i = K 8t + i) -> four f16x2 holding each code times 2^-14, exactly:
+// the code's 3 magnitude bits placed at f16 bits 9..11 and its sign at 15 give e2m1 x 2^-14 for
+// every code (subnormal 0.5 included), with no conversion instruction. Register j holds nibbles
+// j and j + 4 (K 8t + j, 8t + j + 4): the activations are widened in the same K order.
+CUTLASS_DEVICE void e2m1x8_to_f16x8_scaled(uint32_t q, uint32_t (&h)[4]) {
+  constexpr uint32_t kSign = 0x80008000u, kMag = 0x0E000E00u;
+  h[0] = ((q << 12) & kSign) | ((q << 9) & kMag);
+  h[1] = ((q << 8) & kSign) | ((q << 5) & kMag);
+  h[2] = ((q << 4) & kSign) | ((q << 1) & kMag);
+  h[3] = (q & kSign) | ((q >> 3) & kMag);
+}
+
+// f16x2 times 2^7, exactly (every e4m3 value times 128 is a finite f16: 448 * 128 < 65504).
+CUTLASS_DEVICE uint32_t f16x2_times_128(uint32_t x) {
+  uint32_t d = x;
+#ifdef PGEMM_GEMV_DEVICE
+  asm("{ .reg .b32 c; mov.b32 c, 0x58005800; mul.rn.f16x2 %0, %1, c; }" : "=r"(d) : "r"(x));
+#endif
+  return d;
+}
+
 CUTLASS_DEVICE uint64_t ld_acquire(uint64_t const* p) {
   uint64_t v = 0;
 #ifdef PGEMM_GEMV_DEVICE

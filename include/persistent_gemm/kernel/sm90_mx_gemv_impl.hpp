@@ -171,6 +171,8 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::consumer(
     }
     // D = alpha * acc + beta * bias[row], rounded once; D[token][row] (the transposed store).
     cutlass::NumericConverter<ElementD, float> convert;
+    // The f16 FP4 path's products carry 2^-7 (weight 2^-14, activations 2^7): undone here, once.
+    float const alpha = kE2m1 && kHalfX ? p.alpha * 128.0f : p.alpha;
     CUTLASS_PRAGMA_UNROLL
     for (int h = 0; h < 2; ++h) {
       int const row = strip * gemv_detail::kStripRows + (h ? r1 : r0);
@@ -181,7 +183,7 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::consumer(
         CUTLASS_PRAGMA_UNROLL
         for (int v = 0; v < 2; ++v) {
           int const token = 8 * j + 2 * t + v;
-          if (token < p.m) p.d[int64_t(token) * p.ldd + row] = convert(fmaf(p.alpha, acc[j][2 * h + v], b));
+          if (token < p.m) p.d[int64_t(token) * p.ldd + row] = convert(fmaf(alpha, acc[j][2 * h + v], b));
         }
     }
   };
@@ -229,10 +231,20 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::consumer(
         int const tok = e / kGroups, x = (e % kGroups) * 8;
         uint2 const q = *reinterpret_cast<uint2 const*>(st + kWBytes + swz(tok, x, kXBox));
         uint4 h;
-        h.x = gemv_detail::e4m3x2_to_f16x2(q.x);
-        h.y = gemv_detail::e4m3x2_to_f16x2(q.x >> 16);
-        h.z = gemv_detail::e4m3x2_to_f16x2(q.y);
-        h.w = gemv_detail::e4m3x2_to_f16x2(q.y >> 16);
+        if constexpr (kE2m1) {
+          // The weight's K order (pairs 8t + j, 8t + j + 4) and 2^7: with the weight's 2^-14 the
+          // products carry 2^-7, undone once on the result.
+          uint32_t const p01 = __byte_perm(q.x, q.y, 0x5140), p23 = __byte_perm(q.x, q.y, 0x7362);
+          h.x = gemv_detail::f16x2_times_128(gemv_detail::e4m3x2_to_f16x2(p01));
+          h.y = gemv_detail::f16x2_times_128(gemv_detail::e4m3x2_to_f16x2(p01 >> 16));
+          h.z = gemv_detail::f16x2_times_128(gemv_detail::e4m3x2_to_f16x2(p23));
+          h.w = gemv_detail::f16x2_times_128(gemv_detail::e4m3x2_to_f16x2(p23 >> 16));
+        } else {
+          h.x = gemv_detail::e4m3x2_to_f16x2(q.x);
+          h.y = gemv_detail::e4m3x2_to_f16x2(q.x >> 16);
+          h.z = gemv_detail::e4m3x2_to_f16x2(q.y);
+          h.w = gemv_detail::e4m3x2_to_f16x2(q.y >> 16);
+        }
         *reinterpret_cast<uint4*>(x16 + tok * kX16Row + x * 2) = h;
       }
       cutlass::arch::NamedBarrier::sync(gemv_detail::kConsumerWarps * 32, 1);
@@ -255,8 +267,18 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::consumer(
         float const sw0 = (&sw4[0].x)[b % 4], sw1 = (&sw4[1].x)[b % 4];
         // A fragment: lane t of rows g, g+8 holds K = 32b + 8t + 0..7 of its rows -- one
         // permutation of the block's K, the same on the B side, so each lane reads 8 contiguous K.
-        uint32_t a[4];  // e4m3 x4: rows (r0 | r1) x K (8t..8t+3 | 8t+4..8t+7)
-        if constexpr (kE2m1) {
+        [[maybe_unused]] uint32_t a[4];  // e4m3 x4: rows (r0 | r1) x K (8t..8t+3 | 8t+4..8t+7)
+        [[maybe_unused]] uint32_t ah[8];  // f16x2: [pair p] x rows (r0 | r1)
+        if constexpr (kE2m1 && kHalfX) {
+          // Straight to f16 (times 2^-14), pairs (8t + p, 8t + p + 4): no e4m3 step, no F2FP.
+          uint32_t const q0 = *reinterpret_cast<uint32_t const*>(st + swz(r0, b * 16 + t * 4, kWBytes / 2));
+          uint32_t const q1 = *reinterpret_cast<uint32_t const*>(st + swz(r1, b * 16 + t * 4, kWBytes / 2));
+          uint32_t h0[4], h1[4];
+          gemv_detail::e2m1x8_to_f16x8_scaled(q0, h0);
+          gemv_detail::e2m1x8_to_f16x8_scaled(q1, h1);
+          CUTLASS_PRAGMA_UNROLL
+          for (int p = 0; p < 4; ++p) ah[2 * p] = h0[p], ah[2 * p + 1] = h1[p];
+        } else if constexpr (kE2m1) {
           uint32_t const q0 = *reinterpret_cast<uint32_t const*>(st + swz(r0, b * 16 + t * 4, kWBytes / 2));
           uint32_t const q1 = *reinterpret_cast<uint32_t const*>(st + swz(r1, b * 16 + t * 4, kWBytes / 2));
           collective::mx_detail::e2m1x8_to_e4m3x8(q0, a[0], a[2]);
@@ -266,8 +288,7 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::consumer(
           uint2 const q1 = *reinterpret_cast<uint2 const*>(st + swz(r1, b * 32 + t * 8, kWBytes / 2));
           a[0] = q0.x, a[1] = q1.x, a[2] = q0.y, a[3] = q1.y;
         }
-        [[maybe_unused]] uint32_t ah[8];  // f16x2: [pair p of K 8t + 2p, 8t + 2p + 1] x rows (r0 | r1)
-        if constexpr (kHalfX) {
+        if constexpr (kHalfX && !kE2m1) {  // f16x2 pairs (8t + 2p, 8t + 2p + 1)
           CUTLASS_PRAGMA_UNROLL
           for (int h = 0; h < 2; ++h) {
             ah[0 + h] = gemv_detail::e4m3x2_to_f16x2(a[h]);
