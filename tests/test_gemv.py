@@ -156,3 +156,12 @@ def test_gemv_static_asserts_mirror_the_python_rules():
     hdr = (ROOT / "include" / "persistent_gemm" / "kernel" / "sm90_mx_gemv.hpp").read_text()
     assert "Tokens == 8 || Tokens == 16 || Tokens == 32 || Tokens == 64" in hdr
     assert "kStripRows = 128" in hdr and "kChunkBytes = 256" in hdr
+
+
+def test_every_kernel_style_tag_names_a_declared_type():
+    """KernelConfig.template_args' kernel_style is a C++ tag some kernel header declares."""
+    headers = "\n".join(p.read_text() for p in (ROOT / "include" / "persistent_gemm" / "kernel").glob("*.hpp"))
+    styles = {c.template_args()["kernel_style"] for c in CATALOGUE}
+    assert any("gemv" in c.name for c in CATALOGUE)
+    for tag in styles:
+        assert f"struct {tag.rsplit('::', 1)[1]} {{}};" in headers, tag

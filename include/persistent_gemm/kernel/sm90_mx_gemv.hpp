@@ -46,6 +46,10 @@
 
 namespace persistent_gemm::kernel {
 
+// The kernel-style tag of this family (catalogue kernel style "gemv"; KernelConfig.template_args'
+// kernel_style), beside Cooperative / PingPong / Umma1Sm / Umma2Sm.
+struct Gemv {};
+
 // Weight operand tags of the decode kernel (what the weight's bytes are).
 struct GemvWeightE4m3 {};
 struct GemvWeightE2m1 {};
@@ -312,16 +316,16 @@ struct Sm90MxGemv {
   CUTLASS_DEVICE static void consumer(Params const& p, uint8_t* smem, uint64_t* full, uint64_t* empty);
 };
 
-template <class Gemv>
-__global__ void __launch_bounds__(gemv_detail::kThreads, Gemv::kCtasPerSm)
-    sm90_mx_gemv_kernel(__grid_constant__ typename Gemv::Params const p) {
+template <class Kernel>
+__global__ void __launch_bounds__(gemv_detail::kThreads, Kernel::kCtasPerSm)
+    sm90_mx_gemv_kernel(__grid_constant__ typename Kernel::Params const p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // 128B-swizzled TMA boxes need 1024-byte aligned destinations. Offsetting the shared array
   // (not a round trip through an integer) keeps every access an LDS: the compiler must still see
   // the shared window.
   uint32_t const misalign = gemv_detail::smem_u32(smem_raw) % 1024;
   uint8_t* smem = smem_raw + (misalign ? 1024 - misalign : 0);
-  Gemv::kernel_body(p, smem);
+  Kernel::kernel_body(p, smem);
 }
 
 }  // namespace persistent_gemm::kernel
