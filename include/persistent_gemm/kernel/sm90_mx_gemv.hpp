@@ -213,10 +213,12 @@ struct Sm90MxGemv {
   static constexpr int kStageBytes = (kWBytes + kXBytes + kSBytes + kXSBytes + 1023) / 1024 * 1024;
   // Outside the ring, converted once per unit by the consumers instead of once per mma (SM90 runs
   // an e4m3 mma.sync as f16 HMMAs behind per-operand conversions): each warp's weight scales in
-  // fp32 [row][block], and for up to 16 tokens the activations in f16 (two buffers, unit parity;
+  // fp32 [row][block], and for up to 16 tokens (32 for FP4) the activations in f16 (two buffers, unit parity;
   // rows padded by 64 B so a quarter-warp's LDS.128 of two tokens hits distinct banks).
   static constexpr int kWsfBytes = gemv_detail::kConsumerWarps * 16 * kBlocks * 4;
-  static constexpr bool kHalfX = Tokens <= 16;
+  // FP4 widens 32 tokens too: its f16 path (bit-placed weights, no F2FP) is what makes it fast,
+  // and two stages of 32 KB still fit beside the buffers. 64 tokens would leave one stage.
+  static constexpr bool kHalfX = Tokens <= 16 || (kE2m1 && Tokens <= 32);
   static constexpr int kX16Row = 2 * kChunkK + 64;
   static constexpr int kX16Bytes = kHalfX ? 2 * Tokens * kX16Row : 0;
   static constexpr int kStages = gemv_detail::imin(

@@ -222,7 +222,7 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::consumer(
       }
       __syncwarp();
     }
-    // Up to 16 tokens: the consumers widen the unit's activations to f16 once, together (the
+    // Up to 16 tokens (FP4: 32): the consumers widen the unit's activations to f16 once, together (the
     // e4m3 B operand of every warp's mma would otherwise be converted per warp and block).
     uint8_t* x16 = x16_base + (i % 2) * (Tokens * kX16Row);
     if constexpr (kHalfX) {
