@@ -1,0 +1,109 @@
+"""The exact-fold window of an MXFP4 weight: which rows can carry their block scales inside e4m3.
+
+Groundwork for the FP8xFP4 fold route of issue 22 (no kernel reads it yet; the MX ops do not
+change). An e2m1 value times 2^j is exactly an e4m3 value for every j in FOLD_WINDOW = [-8, +6]:
+6 * 2^6 = 384 <= 448 at the top, 0.5 * 2^-8 = 2^-9 (e4m3's smallest subnormal) at the bottom,
+and e2m1's two significant bits fit e4m3's subnormals from 2^-9 on. So for a weight row whose
+nonzero blocks' scale exponents e_b all lie within 14 of each other, a reference exponent
+E_ref = max_b e_b - 6 turns every block into e4m3 codes of e2m1 * 2^(e_b - E_ref) with no
+rounding; the GEMM then multiplies by 2^E_ref once per row, and only the activations' scale is
+applied per 32-K block. A row outside the window (an outlier block 2^15 above another, or a NaN
+scale, which no e4m3 code can carry) is not foldable: the fold route must not re-quantize it --
+the weight goes to the exact bf16 route instead.
+
+    from persistent_gemm.fold import fold_plan
+    plan = fold_plan(wq, ws)               # the (N, K/2) e2m1 weight and its (N, K/32) scales
+    plan.foldable, plan.rows_out_of_window, plan.ref_exponent[:4]
+
+Blocks whose e2m1 codes are all +-0 contribute nothing and are left out of a row's span (their
+scale is arbitrary in quantize_mxfp4's output for all-zero blocks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .quant import MX_BLOCK
+
+__all__ = ["FOLD_WINDOW", "FoldPlan", "fold_plan"]
+
+#: Shifts j for which every e2m1 value times 2^j is exactly representable in e4m3.
+FOLD_WINDOW = (-8, 6)
+_E8M0_BIAS = 127
+_E8M0_NAN = 255
+
+
+@dataclass(frozen=True)
+class FoldPlan:
+    """Per weight row: the reference exponent and whether the row's blocks fit the window.
+
+    ``ref_exponent`` (N,) int32: E_ref (an all-zero row gets 0); ``in_window`` (N,) bool;
+    ``span`` (N,) int32: max - min of the row's nonzero blocks' exponents (0 for a row with at
+    most one nonzero block; -1 for a row with a NaN scale on a nonzero block)."""
+
+    ref_exponent: torch.Tensor
+    in_window: torch.Tensor
+    span: torch.Tensor
+
+    @property
+    def foldable(self) -> bool:
+        """Every row fits: the fold route may serve this weight exactly."""
+        return bool(self.in_window.all())
+
+    @property
+    def rows_out_of_window(self) -> int:
+        return int((~self.in_window).sum())
+
+    def shifts(self, scale: torch.Tensor) -> torch.Tensor:
+        """(N, blocks) int32: j = e_b - E_ref per block, the exponent the conversion adds
+        (inside FOLD_WINDOW for every nonzero block of an in-window row)."""
+        e = scale.view(torch.uint8).to(torch.int32) - _E8M0_BIAS
+        return e - self.ref_exponent[:, None]
+
+
+def _check(wq: torch.Tensor, ws: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(wq, torch.Tensor) or wq.dtype not in (torch.float4_e2m1fn_x2, torch.uint8):
+        raise TypeError(f"wq must be the packed e2m1 weight (torch.float4_e2m1fn_x2 or uint8), got "
+                        f"{getattr(wq, 'dtype', type(wq).__name__)}")
+    if not isinstance(ws, torch.Tensor) or ws.dtype not in (torch.float8_e8m0fnu, torch.uint8):
+        raise TypeError(f"ws must be the e8m0 block scales (torch.float8_e8m0fnu or uint8), got "
+                        f"{getattr(ws, 'dtype', type(ws).__name__)}")
+    if wq.dim() != 2 or ws.dim() != 2:
+        raise ValueError(f"wq and ws must be 2-D (N, K/2) and (N, K/32), got {tuple(wq.shape)} and {tuple(ws.shape)}")
+    if wq.device != ws.device or wq.device.type == "meta":
+        raise ValueError(f"wq and ws must be materialised on one device, got {wq.device} and {ws.device}")
+    n, half_k = wq.shape
+    blocks = -(-2 * half_k // MX_BLOCK)
+    if ws.shape != (n, blocks):
+        raise ValueError(f"ws must be (N, ceil(K/32)) = ({n}, {blocks}) for wq {tuple(wq.shape)}, got {tuple(ws.shape)}")
+    return wq.view(torch.uint8), ws.view(torch.uint8)
+
+
+def fold_plan(wq: torch.Tensor, ws: torch.Tensor) -> FoldPlan:
+    """The fold window of a plain MXFP4 weight (``quantize_mxfp4``'s (N, K/2) and (N, K/32)).
+
+    Raises TypeError for other dtypes, ValueError for shapes that do not belong together or
+    tensors on the meta device / on two devices."""
+    codes, scale = _check(wq, ws)
+    n, half_k = codes.shape
+    blocks = scale.shape[1]
+    # A block is nonzero if any of its codes has a nonzero magnitude (-0 is code 8).
+    mag = (codes & 0x77) != 0
+    pad = blocks * (MX_BLOCK // 2) - half_k
+    if pad:
+        mag = torch.nn.functional.pad(mag, (0, pad))
+    nonzero = mag.view(n, blocks, MX_BLOCK // 2).any(dim=2)
+    e = scale.to(torch.int32) - _E8M0_BIAS
+    nan = (scale == _E8M0_NAN) & nonzero
+    big, small = torch.iinfo(torch.int32).max, torch.iinfo(torch.int32).min
+    hi = torch.where(nonzero, e, torch.full_like(e, small)).amax(dim=1)
+    lo = torch.where(nonzero, e, torch.full_like(e, big)).amin(dim=1)
+    any_nonzero = nonzero.any(dim=1)
+    span = torch.where(any_nonzero, hi - lo, torch.zeros_like(hi))
+    ref = torch.where(any_nonzero, hi - FOLD_WINDOW[1], torch.zeros_like(hi))
+    has_nan = nan.any(dim=1)
+    span = torch.where(has_nan, torch.full_like(span, -1), span)
+    in_window = ~has_nan & (span <= FOLD_WINDOW[1] - FOLD_WINDOW[0])
+    return FoldPlan(ref_exponent=ref.to(torch.int32), in_window=in_window, span=span.to(torch.int32))

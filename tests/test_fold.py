@@ -1,0 +1,102 @@
+"""The exact-fold window of MXFP4 weights (persistent_gemm.fold, groundwork for issue 22's
+fold route): the window is exact and tight, and fold_plan classifies rows by it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import persistent_gemm as pg
+from persistent_gemm.fold import FOLD_WINDOW, fold_plan
+
+E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=torch.float64)
+E2M1 = torch.cat([E2M1, -E2M1])  # codes 0..15
+
+
+def _exact_in_e4m3(v: torch.Tensor) -> torch.Tensor:
+    return v.to(torch.float8_e4m3fn).to(torch.float64) == v
+
+
+def test_every_e2m1_value_times_2_to_the_j_is_an_e4m3_value_exactly_in_the_window():
+    lo, hi = FOLD_WINDOW
+    for j in range(lo, hi + 1):
+        assert _exact_in_e4m3(E2M1 * 2.0**j).all(), j
+    # and the window is tight: one step past either end loses a value
+    assert not _exact_in_e4m3(E2M1 * 2.0 ** (lo - 1)).all()
+    assert not _exact_in_e4m3(E2M1 * 2.0 ** (hi + 1)).all()
+
+
+def _weight(rows_exponents, k=128, zero_blocks=()):
+    """A packed e2m1 weight with all-nonzero codes and the given per-row block exponents."""
+    g = torch.Generator().manual_seed(0)
+    n, blocks = len(rows_exponents), k // 32
+    codes = torch.randint(1, 16, (n, k), generator=g, dtype=torch.uint8)
+    codes[codes == 8] = 9  # no -0: every block nonzero unless zeroed below
+    for r, b in zero_blocks:
+        codes[r, 32 * b:32 * (b + 1)] = 0
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).view(torch.float4_e2m1fn_x2)
+    scale = torch.tensor([[e + 127 for e in row] for row in rows_exponents], dtype=torch.uint8)
+    assert scale.shape == (n, blocks)
+    return packed, scale.view(torch.float8_e8m0fnu)
+
+
+def test_fold_plan_classifies_rows_by_their_span():
+    rows = [[0, 0, 0, 0],          # span 0
+            [-20, -6, -10, -7],     # span 14: fits exactly
+            [-20, -5, -10, -7],     # span 15: out
+            [100, 90, 95, 99],      # wide exponents, span 10
+            [0, 30, 0, 0]]          # an outlier block 2^30 above: out
+    wq, ws = _weight(rows)
+    plan = fold_plan(wq, ws)
+    assert plan.span.tolist() == [0, 14, 15, 10, 30]
+    assert plan.in_window.tolist() == [True, True, False, True, False]
+    assert plan.ref_exponent.tolist() == [0 - 6, -6 - 6, -5 - 6, 100 - 6, 30 - 6]
+    assert not plan.foldable and plan.rows_out_of_window == 2
+    s = plan.shifts(ws)
+    ok = plan.in_window
+    assert (s[ok] >= FOLD_WINDOW[0]).all() and (s[ok] <= FOLD_WINDOW[1]).all()
+
+
+def test_zero_blocks_and_nan_scales():
+    # row 0: its outlier block is all zeros (its scale does not count); row 1: a NaN scale on a
+    # nonzero block (no e4m3 code carries it); row 2: NaN on an all-zero block; row 3: all zeros.
+    rows = [[0, 40, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+    wq, ws = _weight(rows, zero_blocks=[(0, 1), (2, 3), (3, 0), (3, 1), (3, 2), (3, 3)])
+    ws = ws.view(torch.uint8).clone()
+    ws[1, 2] = 255
+    ws[2, 3] = 255
+    plan = fold_plan(wq, ws.view(torch.float8_e8m0fnu))
+    assert plan.in_window.tolist() == [True, False, True, True]
+    assert plan.span.tolist() == [0, -1, 0, 0]
+    assert plan.ref_exponent[3].item() == 0
+
+
+@pytest.mark.parametrize("n,k", [(7, 32), (33, 96), (16, 1024)])
+def test_folding_an_in_window_weight_is_exact(n, k):
+    """e4m3(e2m1 * 2^(e_b - E_ref)) * 2^E_ref == the MX value, bit for bit, on quantize_mxfp4's
+    output for a weight whose rows span up to 2^12 between blocks."""
+    g = torch.Generator().manual_seed(n * k)
+    w = torch.randn(n, k, generator=g, dtype=torch.float64)
+    w *= 2.0 ** torch.randint(-6, 7, (n, k // 32), generator=g).repeat_interleave(32, dim=1)
+    wq, ws = pg.quantize_mxfp4(w.float())
+    plan = fold_plan(wq, ws)
+    assert plan.foldable
+    codes = wq.view(torch.uint8)
+    vals = torch.stack([E2M1[(codes & 0xF).long()], E2M1[(codes >> 4).long()]], dim=2).reshape(n, -1)
+    j = plan.shifts(ws).repeat_interleave(32, dim=1)[:, :k].double()
+    folded = (vals * 2.0**j).to(torch.float8_e4m3fn).double()
+    assert torch.equal(folded, vals * 2.0**j)  # the conversion rounds nothing
+    got = folded * 2.0 ** plan.ref_exponent.double()[:, None]
+    assert torch.equal(got.float(), pg.dequantize_mxfp4(wq, ws).float())
+
+
+def test_fold_plan_errors_name_the_argument():
+    wq, ws = _weight([[0, 0, 0, 0]])
+    with pytest.raises(TypeError, match="wq must be the packed e2m1"):
+        fold_plan(torch.zeros(1, 64), ws)
+    with pytest.raises(TypeError, match="ws must be the e8m0"):
+        fold_plan(wq, torch.zeros(1, 4))
+    with pytest.raises(ValueError, match=r"ws must be \(N, ceil\(K/32\)\)"):
+        fold_plan(wq, ws[:, :3])
+    with pytest.raises(ValueError, match="materialised"):
+        fold_plan(wq.to("meta"), ws.to("meta"))
