@@ -17,11 +17,15 @@ in registers or shared memory, inside the GEMM.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
 from .quant import MX_BLOCK
 from .scale_layout import blocked_shape, check_scale_layout, from_blocked, to_blocked
+
+if TYPE_CHECKING:
+    from .fold import FoldPlan
 
 __all__ = ["FORMATS", "PreparedWeight", "prepare_weight"]
 
@@ -46,6 +50,10 @@ class PreparedWeight:
     n: int
     k: int
     b_scale_layout: str = "blocked"
+    #: fmt="fp4": the exact-fold window of each weight row (persistent_gemm.fold), computed once
+    #: here for the FP8xFP4 fold route (issue 22; no kernel reads it yet). None for "mxfp8" and
+    #: for a weight on the meta device (nothing to read yet).
+    fold: Optional["FoldPlan"] = None
 
     @property
     def nbytes(self) -> int:
@@ -117,4 +125,10 @@ def prepare_weight(wq: torch.Tensor, ws: torch.Tensor, *, fmt: str, scale_layout
         blocked = ws.contiguous()
     if blocked.data_ptr() % 16:
         blocked = blocked.clone()
-    return PreparedWeight(b=_aligned_rows(wq).t(), b_scale=blocked.reshape(-1), fmt=fmt, n=n, k=k)
+    fold = None
+    if fmt == "fp4" and wq.device.type != "meta":
+        from .fold import fold_plan
+
+        plain = ws if scale_layout == "plain" else from_blocked(blocked, n, blocks)
+        fold = fold_plan(wq, plain)
+    return PreparedWeight(b=_aligned_rows(wq).t(), b_scale=blocked.reshape(-1), fmt=fmt, n=n, k=k, fold=fold)
