@@ -1,6 +1,7 @@
 // The MX decode kernel (SM90, M <= 64 tokens): a stream-K tensor-core GEMV for mxfp8_mm and
-// fp8_fp4_mm. No wgmma and no per-32 wait: each 1x32 block is one mma.sync.m16n8k32 e4m3 whose
-// fp32 result is scaled and added (FFMA) while the next block's mma is already issued.
+// fp8_fp4_mm. No wgmma and no per-32 wait: each 1x32 block is one K=32 mma.sync (two f16 k16
+// mmas on operands widened once -- up to 16 tokens, 32 for FP4 -- else one e4m3 k32) whose fp32
+// result is scaled and added (FFMA) while the next block's mma is already issued.
 //
 //   persistent_gemm::kernel::Sm90MxGemv<OperandW, ElementD, Tokens>::run(GemmArgs const&, stream)
 //
@@ -18,8 +19,9 @@
 //               the PDL wait.
 //   warp 9      copies the unit's activation scales into the stage (plain or blocked, so no
 //               relayout kernel runs per call), one unit ahead in registers.
-//   warps 0..7  16 weight rows each: per block, LDS the A fragment (e2m1 -> e4m3 in registers),
-//               the tokens' B fragment, mma into a temporary, acc += temp * (s_x * s_w).
+//   warps 0..7  16 weight rows each: per block, LDS the A fragment (e4m3 -> f16; e2m1 -> f16 x
+//               2^-14 by bit placement, or -> e4m3 for the k32 mma), the tokens' B fragment, mma
+//               into a temporary, acc += temp * (s_x * s_w).
 // Strips shared by CTAs are reduced in fixed order through per-warp fp32 slots and nonce flags
 // (no memset, bitwise reproducible); docs/design/mx_decode_gemv.md has the protocol.
 #pragma once
