@@ -36,6 +36,33 @@ static double e2m1(uint8_t c) {
   return (c & 8) ? -mag[c & 7] : mag[c & 7];
 }
 
+// The median time per launch of a CUDA graph of `per` launches (launch(i) issues the i-th on
+// `st`), over `iters` replays after three warm-up replays.
+template <class Launch>
+double graph_replay_us(cudaStream_t st, int per, int iters, Launch&& launch) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < per; ++i) launch(i);
+  CK(cudaStreamEndCapture(st, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<float> times;
+  for (int it = 0; it < iters + 3; ++it) {
+    CK(cudaEventRecord(e0, st));
+    CK(cudaGraphLaunch(exec, st));
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (it >= 3) times.push_back(ms * 1000 / per);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 template <class Gemv>
 int probe(int M, int N, int K, int iters, bool fp4) {
   std::mt19937 rng(1234);
@@ -97,34 +124,13 @@ int probe(int M, int N, int K, int iters, bool fp4) {
       double const err = std::fabs(d[size_t(t) * N + r] - s) / (mag + 1e-30);
       if (!(err <= worst)) worst = err;  // NaN sticks
     }
-  // Graph of `per` launches over rotating weights; median of replays.
-  int const per = 20;
+  // Graph of 20 launches over rotating weights; median of replays.
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < per; ++i) {
+  double const us = graph_replay_us(st, 20, iters, [&](int i) {
     g.a = dw[i % copies], g.scale_a = dws[i % copies];
     CK(Gemv::run(g, st));
-  }
-  CK(cudaStreamEndCapture(st, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> times;
-  for (int it = 0; it < iters + 3; ++it) {
-    CK(cudaEventRecord(e0, st));
-    CK(cudaGraphLaunch(exec, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (it >= 3) times.push_back(ms * 1000 / per);
-  }
-  std::sort(times.begin(), times.end());
-  double const us = times[times.size() / 2];
+  });
   std::printf("%s M=%d N=%d K=%d tokens=%d ctas/sm=%d stages=%d workers=%d: %.2f us, %.2f TB/s of weight+scales, "
               "max rel err %.3g\n", fp4 ? "fp4" : "fp8", M, N, K, int(Gemv::kNTiles * 8), int(Gemv::kCtasPerSm), int(Gemv::kStages),
               int(Gemv::schedule(g).workers), us, wbytes / us * 1e-6, worst);
@@ -143,7 +149,7 @@ int dispatch(int M, int N, int K, int iters, bool fp4, int ctas) {
   return probe<kernel::Sm90MxGemv<W, float, 64>>(M, N, K, iters, fp4);
 }
 
-// The floor of a graph of `per` launches: an empty kernel with the GEMV's launch attributes
+// The floor of graph_replay_us: an empty kernel with the GEMV's launch attributes
 // (PDL), so a GEMV's time above it is its own.
 __global__ void empty_kernel() {
   asm volatile("griddepcontrol.launch_dependents;");
@@ -151,7 +157,6 @@ __global__ void empty_kernel() {
 }
 
 static int floor_probe(int iters, int blocks) {
-  int const per = 20;
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cudaLaunchAttribute attr[1]{};
@@ -163,27 +168,8 @@ static int floor_probe(int iters, int blocks) {
   config.stream = st;
   config.attrs = attr;
   config.numAttrs = 1;
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < per; ++i) CK(cudaLaunchKernelEx(&config, empty_kernel));
-  CK(cudaStreamEndCapture(st, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> times;
-  for (int it = 0; it < iters + 3; ++it) {
-    CK(cudaEventRecord(e0, st));
-    CK(cudaGraphLaunch(exec, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (it >= 3) times.push_back(ms * 1000 / per);
-  }
-  std::sort(times.begin(), times.end());
-  std::printf("empty kernel x%d blocks (PDL) in graph replay: %.2f us per launch\n", blocks, times[times.size() / 2]);
+  double const us = graph_replay_us(st, 20, iters, [&](int) { CK(cudaLaunchKernelEx(&config, empty_kernel)); });
+  std::printf("empty kernel x%d blocks (PDL) in graph replay: %.2f us per launch\n", blocks, us);
   return 0;
 }
 
