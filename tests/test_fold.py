@@ -102,17 +102,19 @@ def test_fold_plan_errors_name_the_argument():
         fold_plan(wq.to("meta"), ws.to("meta"))
 
 
-def test_prepare_weight_records_the_fold_window_for_fp4_only():
+def test_a_prepared_fp4_weight_gives_its_fold_window():
     rows = [[0, 0, 0, 0], [0, 20, 0, 0], [-3, 5, 1, 0]]
     wq, ws = _weight(rows)
     plain = pg.prepare_weight(wq, ws, fmt="fp4")
     blocked = pg.prepare_weight(wq, pg.to_blocked(ws), fmt="fp4", scale_layout="blocked")
     for pw in (plain, blocked):
-        assert pw.fold is not None
-        assert pw.fold.in_window.tolist() == [True, False, True]
-        assert pw.fold.ref_exponent.tolist() == [-6, 14, -1]
-        assert not pw.fold.foldable
+        plan = pw.fold_plan()
+        assert plan.in_window.tolist() == [True, False, True]
+        assert plan.ref_exponent.tolist() == [-6, 14, -1]
+        assert not plan.foldable
     wq8, ws8 = pg.quantize_mxfp8(torch.randn(8, 64))
-    assert pg.prepare_weight(wq8, ws8, fmt="mxfp8").fold is None
-    # a meta weight (loaded later) gets no plan rather than one read from no data
-    assert pg.prepare_weight(wq.to("meta"), ws.to("meta"), fmt="fp4").fold is None
+    with pytest.raises(ValueError, match="fold_plan is for fmt='fp4'"):
+        pg.prepare_weight(wq8, ws8, fmt="mxfp8").fold_plan()
+    # a meta weight (loaded later) has no bytes to read yet
+    with pytest.raises(ValueError, match="materialised"):
+        pg.prepare_weight(wq.to("meta"), ws.to("meta"), fmt="fp4").fold_plan()

@@ -17,7 +17,7 @@ in registers or shared memory, inside the GEMM.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -50,10 +50,6 @@ class PreparedWeight:
     n: int
     k: int
     b_scale_layout: str = "blocked"
-    #: fmt="fp4": the exact-fold window of each weight row (persistent_gemm.fold), computed once
-    #: here for the FP8xFP4 fold route (issue 22; no kernel reads it yet). None for "mxfp8" and
-    #: for a weight on the meta device (nothing to read yet).
-    fold: Optional["FoldPlan"] = None
 
     @property
     def nbytes(self) -> int:
@@ -65,10 +61,22 @@ class PreparedWeight:
         kernels stream): equal bit for bit to dequantizing the (wq, ws) it was prepared from."""
         from .quant import dequantize_mxfp4, dequantize_mxfp8
 
-        blocks = -(-self.k // MX_BLOCK)
-        ws = from_blocked(self.b_scale, self.n, blocks)
-        wq = self.b.t()
+        wq, ws = self._plain()
         return dequantize_mxfp8(wq, ws) if self.fmt == "mxfp8" else dequantize_mxfp4(wq, ws)
+
+    def fold_plan(self) -> "FoldPlan":
+        """fmt="fp4": each row's exact-fold window (persistent_gemm.fold), read from the prepared
+        bytes when asked -- groundwork for the FP8xFP4 fold route (issue 22), which no kernel
+        takes yet, so nothing computes it at load time."""
+        if self.fmt != "fp4":
+            raise ValueError(f"fold_plan is for fmt='fp4' weights (e2m1 folds into e4m3), got fmt={self.fmt!r}")
+        from .fold import fold_plan
+
+        return fold_plan(*self._plain())
+
+    def _plain(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(wq (N, K or K/2) rows, ws (N, ceil(K/32)) plain scales) viewed or relaid from the prepared layout."""
+        return self.b.t(), from_blocked(self.b_scale, self.n, -(-self.k // MX_BLOCK))
 
 
 def _aligned_rows(w: torch.Tensor) -> torch.Tensor:
@@ -125,10 +133,4 @@ def prepare_weight(wq: torch.Tensor, ws: torch.Tensor, *, fmt: str, scale_layout
         blocked = ws.contiguous()
     if blocked.data_ptr() % 16:
         blocked = blocked.clone()
-    fold = None
-    if fmt == "fp4" and wq.device.type != "meta":
-        from .fold import fold_plan
-
-        plain = ws if scale_layout == "plain" else from_blocked(blocked, n, blocks)
-        fold = fold_plan(wq, plain)
-    return PreparedWeight(b=_aligned_rows(wq).t(), b_scale=blocked.reshape(-1), fmt=fmt, n=n, k=k, fold=fold)
+    return PreparedWeight(b=_aligned_rows(wq).t(), b_scale=blocked.reshape(-1), fmt=fmt, n=n, k=k)
