@@ -290,12 +290,13 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
   }
   // Scales in the kernel's orientation (a swap-AB kernel's row scale is the weight's). MX: the
   // blocked layout, except what the decode GEMV reads as it comes (the activations' plain rows).
-  bool const gemv = e.geometry.style == KernelStyle::Gemv;
+  // The bf16 route's pre-pass reads them either way too.
+  bool const plain_a = (e.geometry.style == KernelStyle::Gemv || e.bf16_route) && in.layouts.a == ScaleLayout::Plain;
   at::Tensor sa = in.scale_a, sb = in.scale_b;
   if (mx) {
-    if (gemv && in.layouts.a == ScaleLayout::Plain && sa.size(0) > 1 && sa.stride(1) != 1) sa = sa.contiguous();
+    if (plain_a && sa.size(0) > 1 && sa.stride(1) != 1) sa = sa.contiguous();
     // The blocked scales of K and of k_run have the same atoms: k_run < K rounded up to 128.
-    MxScales const sc = blocked_scales(op, mod, sa, p.m, sb, p.n, p.k, in.layouts, stream, gemv);
+    MxScales const sc = blocked_scales(op, mod, sa, p.m, sb, p.n, p.k, in.layouts, stream, plain_a);
     sa = sc.a, sb = sc.b;
   }
 
@@ -328,7 +329,7 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
   at::Tensor const& sy = e.swap_ab ? sa : sb;
   if (sx.defined()) args.scale_a = sx.data_ptr();
   if (sy.defined()) args.scale_b = sy.data_ptr();
-  if (gemv && in.layouts.a == ScaleLayout::Plain)  // the activations' plain e8m0 rows, in place
+  if (plain_a)  // the activations' plain e8m0 rows, in place
     args.ld_scale_b = sa.size(0) > 1 ? sa.stride(0) : std::max<int64_t>(1, sa.size(1));
   args.sm_count = req.sm_count;
   args.max_workers = 0;

@@ -91,6 +91,12 @@ constexpr double kGemvClkPerMma = 10.0;
 // e2m1 -> f16 by bit placement (no e4m3 step, no F2FP) cut the e2m1 rows by 23 % (1x28672x8192)
 // and 11 % (16x8192^2) on the H100 (h100_probe_e2m1_f16_placement.txt): the term scaled to match.
 constexpr double kGemvClkPerConvert = 16.0;
+// The MX bf16 route: its GEMM runs at the bf16 tensor rate, slowed by the weight's conversion
+// in the consumers (H200 probe, benchmarks/results/issue22: 8192^3 at 0.88x of bf16 torch.mm,
+// 2048x8192^2 at 0.93x, GEMM alone); its pre-pass reads the activations (e4m3) and scales and
+// writes them as bf16 (3 bytes per element) plus a second launch.
+constexpr double kBf16RouteConvertSlowdown = 1.12;
+constexpr double kBf16RoutePrepassFixedUs = 3.0;
 }  // namespace model
 
 }  // namespace
@@ -144,6 +150,23 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   e.us = std::max({e.mma_us, e.dram_us + kL2ShareOfDram * e.l2_us, e.l2_us}) + e.oob_us + c.launch_us +
          (splits > 1 ? kSplitFixupUs : 0.0);
   if (pad_m) e.us += kCopyLaunchUs + 2.0 * double(r.m * r.k * ea) / c.dram_bytes_per_us;
+  return e;
+}
+
+Estimate estimate_bf16_route(Request const& r, KernelGeometry const& g, ArchCost const& c) {
+  using namespace model;
+  // Oriented: m the weight's rows, n the tokens. The GEMM reads bf16 activations and runs at the
+  // 16-bit rate (its weight bytes modelled as 16-bit: an L2-side overestimate, not the bound).
+  Request bf = r;
+  bf.a = DType::BF16;
+  bf.b = DType::BF16;
+  Estimate e = estimate(bf, g, c, /*pad_m=*/false, /*promoted_fp8=*/false, /*block_scaled=*/false);
+  e.mma_us *= kBf16RouteConvertSlowdown;
+  double const prepass_bytes = double(r.n) * r.k * 3.0 + double(r.m + r.n) * cdiv(r.k, 32);
+  double const prepass_us = prepass_bytes / c.dram_bytes_per_us + kBf16RoutePrepassFixedUs + c.launch_us;
+  e.dram_us += prepass_bytes / c.dram_bytes_per_us;
+  e.us = std::max({e.mma_us, e.dram_us - prepass_bytes / c.dram_bytes_per_us + kL2ShareOfDram * e.l2_us, e.l2_us}) +
+         e.oob_us + c.launch_us + prepass_us;
   return e;
 }
 
@@ -252,6 +275,7 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
   best_est.us = 1e300;
   std::map<std::string, std::string> rejected;  // config -> first reason (explain only)
   std::set<std::string> fitting;                // configs with at least one usable variant
+  std::map<std::string, double> alternatives;   // config -> its best variant's estimate (explain only)
   auto reject = [&](char const* config, std::string why) {
     if (explain) rejected.emplace(config, std::move(why));
   };
@@ -310,6 +334,10 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
       c.pad_m = padded.us < est.us;
       if (c.pad_m) est = padded;
     }
+    if (explain) {
+      auto const [it, fresh] = alternatives.emplace(e.config, est.us);
+      if (!fresh) it->second = std::min(it->second, est.us);
+    }
     // Fewest extra passes first; among equals, the fastest estimate.
     if (cost < best_cost || (cost == best_cost && est.us < best_est.us)) {
       best = c;
@@ -331,7 +359,11 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                        (best.pad_d ? ", pads D for TMA" : "") +
                        (best.pad_m ? ", pads M to " + std::to_string(cdiv(r.m, e.geometry.tile_m) * e.geometry.tile_m) : "") +
                        (e.d_dtype != r.d ? ", casts fp32 D" : "") +
-                       (e.scale_mode == ScaleMode::Block32
+                       (e.bf16_route
+                            ? ", MX bf16 route: both block scales folded exactly into bf16 operands (weight in "
+                              "registers, activations by a pre-pass), fp32 accumulation over the whole K, no per-32 "
+                              "promotion"
+                        : e.scale_mode == ScaleMode::Block32
                             ? (table.cost.mx_scales_in_alu ? ", MX scales applied per 32-K block in fp32"
                                                            : ", MX scales applied by the tensor core (block_scale MMA)")
                         : e.a_dtype == DType::E4M3 ? (e.fast_accum ? ", fast accumulation" : ", promoted fp32 accumulation")
@@ -347,6 +379,13 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                             : "") +
                        (e.tma_store ? "" : ", predicated stores"));
   }
+  if (explain && best.entry)
+    for (auto const& [name, us] : alternatives)
+      if (name != best.entry->config) {
+        char line[160];
+        std::snprintf(line, sizeof(line), ": estimate %.1f us", us);
+        best.log.push_back("alternative " + name + line);
+      }
   best.tuned = tuned_pick.has_value();
   if (explain && tuned_pick)
     best.log.insert(best.log.begin(), "tuned: " + *tuned_pick + " won persistent_gemm.tune for this problem on this arch "

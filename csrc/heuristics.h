@@ -80,8 +80,12 @@ inline Request oriented(Request r, KernelEntry const& e) {
 }
 // The MX decode GEMV's estimate (KernelStyle::Gemv): its own model, a weight stream.
 Estimate estimate_gemv(Request const& req, KernelGeometry const& geometry, ArchCost const& cost);
+// The MX bf16 route (KernelEntry::bf16_route): a bf16 GEMM with the weight converted in
+// registers, after a pre-pass that widens the activations.
+Estimate estimate_bf16_route(Request const& req, KernelGeometry const& geometry, ArchCost const& cost);
 inline Estimate estimate(Request const& req, KernelEntry const& e, ArchCost const& cost, bool pad_m = false) {
   if (e.geometry.style == KernelStyle::Gemv) return estimate_gemv(oriented(req, e), e.geometry, cost);
+  if (e.bf16_route) return estimate_bf16_route(oriented(req, e), e.geometry, cost);
   return estimate(oriented(req, e), e.geometry, cost, pad_m, promoted_fp8(e), e.scale_mode == ScaleMode::Block32);
 }
 

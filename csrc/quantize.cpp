@@ -50,8 +50,48 @@ std::tuple<at::Tensor, at::Tensor> quantize_mxfp8_cuda(at::Tensor const& x, c10:
   return {data, scale};
 }
 
+// dequantize_mx on CUDA: (rows, K) e4m3 or (rows, K/2) packed e2m1 data and their plain e8m0
+// scales -> bf16 (rows, K). The dequantization the "dequantize, then torch.mm" baseline of
+// benchmarks/bench_mx.py pays; quant.py's dequantize_mxfp8 / dequantize_mxfp4 define the values.
+at::Tensor dequantize_mx_cuda(at::Tensor const& data, at::Tensor const& scale) {
+  char const* op = "persistent_gemm.dequantize_mx";
+  bool const e2m1 = data.scalar_type() == at::kFloat4_e2m1fn_x2;
+  TORCH_CHECK_TYPE(e2m1 || data.scalar_type() == at::kFloat8_e4m3fn,
+                   msg(op, ": data must be torch.float8_e4m3fn or torch.float4_e2m1fn_x2, got ", data.scalar_type()));
+  TORCH_CHECK_TYPE(scale.scalar_type() == at::kFloat8_e8m0fnu,
+                   msg(op, ": scale must be torch.float8_e8m0fnu, got ", scale.scalar_type()));
+  TORCH_CHECK_VALUE(data.dim() == 2 && scale.dim() == 2, msg(op, ": data and scale must be 2-D"));
+  TORCH_CHECK_VALUE(data.device() == scale.device(), msg(op, ": data is on ", data.device(), ", scale on ",
+                                                         scale.device()));
+  int64_t const rows = data.size(0), k = data.size(1) * (e2m1 ? 2 : 1), nb = (k + 31) / 32;
+  TORCH_CHECK_VALUE(scale.size(0) == rows && scale.size(1) == nb,
+                    msg(op, ": scale must be (", rows, ", ", nb, ") for data of ", rows, " rows and K = ", k,
+                        ", got (", scale.size(0), ", ", scale.size(1), ")"));
+  c10::cuda::CUDAGuard guard(data.device());
+  ArchModule const* mod = arch_for_device(data.get_device());
+  TORCH_CHECK(mod, msg(op, ": no persistent_gemm arch module is built for this GPU"));
+  auto out = at::empty({rows, k}, data.options().dtype(at::kBFloat16));
+  if (rows == 0 || k == 0) return out;
+  at::Tensor const d = data.stride(1) == 1 ? data : data.contiguous();
+  at::Tensor const s = scale.stride(1) == 1 || nb <= 1 ? scale : scale.contiguous();
+  DequantizeJob job;
+  job.data = static_cast<uint8_t const*>(d.data_ptr());
+  job.e2m1 = e2m1;
+  job.rows = rows, job.k = k, job.ld = rows > 1 ? d.stride(0) : d.size(1);
+  job.scale = static_cast<uint8_t const*>(s.data_ptr());
+  job.ld_scale = rows > 1 ? s.stride(0) : nb;
+  job.out = out.data_ptr();
+  job.ldo = k;
+  cudaError_t const err = mod->table->dequantize_mx(job, c10::cuda::getCurrentCUDAStream(data.get_device()));
+  TORCH_CHECK(err == cudaSuccess, msg(op, ": launch failed: ", cudaGetErrorString(err)));
+  return out;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(persistent_gemm, CUDA, m) { m.impl("quantize_mxfp8", &quantize_mxfp8_cuda); }
+TORCH_LIBRARY_IMPL(persistent_gemm, CUDA, m) {
+  m.impl("quantize_mxfp8", &quantize_mxfp8_cuda);
+  m.impl("dequantize_mx", &dequantize_mx_cuda);
+}
 
 }  // namespace persistent_gemm

@@ -46,6 +46,11 @@ def test_generate_writes_named_files(tmp_path):
             assert f"sm90a_{cfg.dtype}_gemv.cu" in names and f"{cfg.name}__schedule.cu" not in names
             continue
         assert f"{cfg.name}__schedule.cu" in names
+        if cfg.route == "bf16":  # the bf16 route: one TU holds all of a config's variants
+            assert f"{cfg.name}__variants.cu" in names
+            text = (tmp_path / "sm90a" / f"{cfg.name}__variants.cu").read_text()
+            assert all(f"__{v.suffix}" in text for v in codegen.variants(cfg))
+            continue
         for v in codegen.variants(cfg):
             assert f"{cfg.name}__{v.suffix}.cu" in names
     table = (tmp_path / "catalogue_table.cpp").read_text()
@@ -125,6 +130,14 @@ def test_every_config_lowers_through_its_family_record():
             if cfg.kernel == "gemv":  # the MX decode GEMV: its header, the weight's tag, the token tile
                 assert '#include "persistent_gemm/kernel/sm90_mx_gemv.hpp"' in tu
                 assert f"using OperandW = {low.gemv_weight};" in tu and f"constexpr int kTokens = {cfg.tile[1]};" in tu
+                continue
+            if cfg.route == "bf16":  # the MX bf16 route: its own builder, the weight's tag, no promotion
+                from persistent_gemm.library import BF16_ROUTE_BUILDER, BF16_ROUTE_HEADER
+
+                assert f'#include "persistent_gemm/kernel/{BF16_ROUTE_HEADER}.hpp"' in tu
+                assert f"using OperandX = {low.operand_x};" in tu and f"using Gemm = {BF16_ROUTE_BUILDER}<" in tu
+                assert f"using ElementD = {ELEMENTS[v.out].cpp};" in tu
+                assert v.scale == "block" and not v.tma_store and cfg.swap_ab and cfg.tile[2] == 64
                 continue
             assert f"#include \"persistent_gemm/kernel/{low.header}.hpp\"" in tu
             assert f"using ElementD = {ELEMENTS[v.out].cpp};" in tu

@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 9;
+constexpr int kRegistryAbiVersion = 10;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -78,6 +78,20 @@ struct QuantizeJob {
   bool rceil = false;  // the shared-exponent rule: false OCP floor, true round-up
 };
 
+// One MX dequantization to bf16 (KernelTable::dequantize_mx): (rows, K) e4m3 data (row stride
+// ld bytes) or packed e2m1 (ld bytes per row of K/2), plain e8m0 scales (rows, ceil(K/32)) of
+// row stride ld_scale bytes -> bf16 (rows, K), row stride ldo elements; 2^(code - 127), code
+// 255 NaN, rounded to nearest once. The "dequantize, then torch.mm" baseline of the benchmarks.
+struct DequantizeJob {
+  const uint8_t* data = nullptr;
+  bool e2m1 = false;
+  int64_t rows = 0, k = 0, ld = 0;
+  const uint8_t* scale = nullptr;
+  int64_t ld_scale = 0;
+  void* out = nullptr;
+  int64_t ldo = 0;
+};
+
 // The kernel style of a config (catalogue.py's `kernel`).
 // Gemv: the MX decode kernel (kernel/sm90_mx_gemv.hpp), stream-K over 128-row weight strips; it
 // reads the activations' e8m0 scales as they come (plain rows of GemmArgs::ld_scale_b bytes).
@@ -110,6 +124,11 @@ struct KernelEntry {
   // The epilogue applies GemmArgs::bias / alpha / beta (SM90). Otherwise the dispatcher applies
   // them after the kernel, unfused.
   bool fused_bias;
+  // The MX bf16 route (scale_mode Block32, swap_ab): both block scales folded into bf16 operands
+  // by the kernel (the weight) and its pre-pass (the activations, into GemmArgs::workspace);
+  // bf16 wgmma, fp32 accumulation over the whole K. It reads the activations' scales blocked or
+  // plain (GemmArgs::ld_scale_b), the weight's blocked.
+  bool bf16_route;
   KernelGeometry geometry;
   // Returns cudaSuccess or the launch error; never throws across the module boundary.
   cudaError_t (*run)(GemmArgs const& args, cudaStream_t stream);
@@ -136,6 +155,7 @@ struct KernelTable {
   // padded rows/blocks = 0x7F, i.e. 1.0), one launch on `stream` for up to two scale tensors.
   cudaError_t (*scale_to_blocked)(ScaleRelayout const* jobs, int count, cudaStream_t stream);
   cudaError_t (*quantize_mxfp8)(QuantizeJob const& job, cudaStream_t stream);
+  cudaError_t (*dequantize_mx)(DequantizeJob const& job, cudaStream_t stream);
   ArchCost cost;
   int32_t reference_sm_count;  // multiprocessors of the part the constants describe
   // false: the project compiled these kernels but never ran them on such a GPU; the dispatcher

@@ -142,6 +142,21 @@ def _fp8_fp4_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain
     return _result(a, b.shape[1], _out(out_dtype, torch.bfloat16), bias)
 
 
+@torch.library.impl(f"{_LIB}::dequantize_mx", "CPU")
+def _dequantize_mx_cpu(data, scale):
+    # The definition (quant.py), rounded to bf16 once; the CUDA kernel matches it bit for bit.
+    from .quant import dequantize_mxfp4, dequantize_mxfp8
+
+    fp4 = data.dtype == torch.float4_e2m1fn_x2
+    return (dequantize_mxfp4 if fp4 else dequantize_mxfp8)(data, scale).to(torch.bfloat16)
+
+
+@torch.library.register_fake(f"{_LIB}::dequantize_mx")
+def _dequantize_mx_fake(data, scale):
+    k = data.shape[1] * (2 if data.dtype == torch.float4_e2m1fn_x2 else 1)
+    return data.new_empty((data.shape[0], k), dtype=torch.bfloat16)
+
+
 @torch.library.register_fake(f"{_LIB}::quantize_mxfp8")
 def _quantize_mxfp8_fake(x, rule="floor"):
     _check_2d("x", x)

@@ -25,6 +25,7 @@ Arch = Literal["sm90a", "sm100a"]  # for type checkers; the values come from arc
 Dtype = Literal["bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"]
 Kernel = Literal["cooperative", "pingpong", "gemv", "1sm", "2sm"]
 Accum = Literal["promoted", "fast"]
+Route = Literal["promote", "bf16"]
 
 ARCHS: tuple[str, ...] = ARCH_NAMES
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1")
@@ -39,6 +40,16 @@ _TOKEN_STYLE = {v: k for k, v in _STYLE_TOKEN.items()}
 #: operands always accumulate in fp32 and are "promoted" by definition.
 ACCUMS: tuple[str, ...] = ("promoted", "fast")
 _ACCUM_TOKEN = "fastacc"  # name suffix of fast-accumulation configs; promoted has none
+#: MX mainloop routes (how the 1x32 e8m0 scales meet the tensor core), by name:
+#:   "promote": FP8 wgmma per 32-K block into a temporary, promoted into the fp32 accumulator with
+#:              both scales (FMUL + FFMA per element per block; collective/sm90_mx_block_scaled_mma.hpp)
+#:   "bf16":    both scales folded exactly into bf16 operands (the weight in registers, the
+#:              activations by a pre-pass), bf16 wgmma, fp32 over the whole K, no promotion
+#:              (collective/sm90_mx_bf16_mma.hpp). Adds the ``_bf16route`` token.
+MX_ROUTES: tuple[str, ...] = ("promote", "bf16")
+_ROUTE_TOKEN = "bf16route"
+#: The bf16 route's K-tile: two 1x32 blocks, one 128 B swizzled bf16 row.
+BF16_ROUTE_TILE_K = 64
 #: Dtype families whose mainloop has a fast-accumulation variant.
 FAST_ACCUM_DTYPES: tuple[str, ...] = ("e4m3",)
 #: Accumulator registers a SM90 consumer thread may hold (of its 232), the rest going to
@@ -97,6 +108,9 @@ class KernelConfig:
         (weight rows, tokens, K). Adds the ``_swapab`` token. sm90a only; FP8 x FP4 requires it
         (its e2m1 weight is converted in registers, which only the A side allows). Swap-AB and
         split-K kernels of the 16-bit and e4m3 families write D by predicated stores.
+    route : {"promote", "bf16"}
+        MX families only (see :data:`MX_ROUTES`): ``"bf16"`` folds both block scales into bf16
+        operands and accumulates in fp32 over the whole K (sm90a, swap-AB, tile_k = 64).
     """
 
     tile: tuple[int, int, int] = (128, 256, 64)
@@ -107,6 +121,7 @@ class KernelConfig:
     arch: Arch = "sm90a"
     accum: Accum = "promoted"
     swap_ab: bool = False
+    route: Route = "promote"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tile", tuple(int(t) for t in self.tile))
@@ -129,6 +144,10 @@ class KernelConfig:
             return f"dtype must be one of {DTYPES}, got {self.dtype!r}"
         if self.accum not in ACCUMS:
             return f"accum must be one of {ACCUMS}, got {self.accum!r}"
+        if self.route not in MX_ROUTES:
+            return f"route must be one of {MX_ROUTES}, got {self.route!r}"
+        if self.route != "promote" and self.dtype not in MX_DTYPES:
+            return f"route={self.route!r} is an MX mainloop option ({', '.join(MX_DTYPES)}), not {self.dtype}"
         if self.accum == "fast" and self.dtype not in FAST_ACCUM_DTYPES:
             return f"accum='fast' is an FP8 mainloop option ({FAST_ACCUM_DTYPES}); {self.dtype} always accumulates in fp32"
         if self.kernel not in KERNEL_STYLES[self.arch]:
@@ -153,6 +172,8 @@ class KernelConfig:
                 return f"cooperative kernels split tile_m across 2 consumer warpgroups: tile_m must be 128 or 256, got {tm}"
             if self.kernel == "pingpong" and tm not in (64, 128):
                 return f"ping-pong consumers each own a tile: tile_m must be 64 or 128, got {tm}"
+            if self.route == "bf16":
+                return self._sm90_bf16_route_rejection()
             if self.dtype in MX_DTYPES:
                 return self._sm90_mx_rejection()
             if self.dtype == "e4m3" and self.accum == "promoted":
@@ -228,6 +249,22 @@ class KernelConfig:
                         f"{SM100_SMEM_BYTES} B of shared memory beside the epilogue's")
         return None
 
+    def _sm90_bf16_route_rejection(self) -> Optional[str]:
+        """The rules of the MX bf16 route (mirrors the static_asserts of
+        collective/sm90_mx_bf16_mma.hpp and kernel/sm90_mx_bf16_gemm_builder.hpp)."""
+        tm, tn, tk = self.tile
+        if not self.swap_ab:
+            return ("route='bf16' kernels are swap_ab: the weight is converted to bf16 in registers, and only the "
+                    "wgmma's A operand comes from registers")
+        if tk != BF16_ROUTE_TILE_K:
+            return f"route='bf16' needs tile_k = {BF16_ROUTE_TILE_K} (two 1x32 blocks, one 128 B bf16 row), got {tk}"
+        if tm not in (64, 128) or (self.kernel == "cooperative" and tm != 128):
+            return (f"route='bf16' tiles hold 64 weight rows per consumer warpgroup: tile_m must be 128 (cooperative) "
+                    f"or 64 (ping-pong), got {tm}")
+        if self.schedule.split_k > 1:
+            return "route='bf16' has no split-K (its mainloop runs the whole K of a tile)"
+        return None
+
     def _sm90_mx_rejection(self) -> Optional[str]:
         """The rules of the SM90 MX mainloop (mirrors the static_asserts of
         collective/sm90_mx_block_scaled_mma.hpp and kernel/sm90_mx_gemm_builder.hpp)."""
@@ -292,6 +329,8 @@ class KernelConfig:
             parts.append(_SWAP_TOKEN)
         if self.accum == "fast":
             parts.append(_ACCUM_TOKEN)
+        if self.route != "promote":
+            parts.append(_ROUTE_TOKEN)
         if self.stages is not None:
             parts.append(f"s{self.stages}")
         return "_".join(parts)
@@ -307,7 +346,7 @@ class KernelConfig:
             raise ConfigError(
                 f"config name {name!r} is not of the form "
                 "<arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>[_sk<split_k>]_<coop|pp|gemv|1sm|2sm>"
-                "[_swapab][_fastacc][_s<stages>]"
+                "[_swapab][_fastacc][_bf16route][_s<stages>]"
             )
         g = m.groupdict()
         if g["sk"] is not None and int(g["sk"]) == 1:
@@ -328,6 +367,7 @@ class KernelConfig:
             arch=g["arch"],
             accum="fast" if g["accum"] else "promoted",
             swap_ab=bool(g["swap"]),
+            route="bf16" if g["route"] else "promote",
         )
 
     # -- lowering --------------------------------------------------------------------------
@@ -365,19 +405,21 @@ class KernelConfig:
                       else "persistent_gemm::kernel::AccumPromoted"),
             "swap_ab": str(self.swap_ab).lower(),
             "split_k": str(s.split_k),
+            "route": self.route,
         }
 
 
 _NAME_RE = re.compile(
     rf"(?P<arch>{'|'.join(ARCHS)})_(?P<dtype>bf16|fp16|e4m3xe2m1|e4m3|mxfp8)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)"
-    r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)(?:_sk(?P<sk>\d+))?_(?P<style>coop|pp|gemv|1sm|2sm)(?P<swap>_swapab)?(?P<accum>_fastacc)?(?:_s(?P<stages>\d+))?"
+    r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)(?:_sk(?P<sk>\d+))?_(?P<style>coop|pp|gemv|1sm|2sm)(?P<swap>_swapab)?(?P<accum>_fastacc)?(?P<route>_bf16route)?(?:_s(?P<stages>\d+))?"
 )
 
 
 def _cfg(tile, swizzle, cluster, kernel="cooperative", dtype="bf16", arch="sm90a", raster="row", stages=None,
-         accum="promoted", swap_ab=False, split_k=1):
+         accum="promoted", swap_ab=False, split_k=1, route="promote"):
     return KernelConfig(
         accum=accum,
+        route=route,
         swap_ab=swap_ab,
         tile=tile,
         schedule=TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster, split_k=split_k),
@@ -428,6 +470,11 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     _cfg((128, 128, 128), 8, (1, 2), dtype="e4m3xe2m1", swap_ab=True),
     _cfg((64, 16, 128), 8, (1, 1), kernel="pingpong", dtype="e4m3xe2m1", swap_ab=True),
     _cfg((64, 64, 128), 8, (1, 1), kernel="pingpong", dtype="e4m3xe2m1", swap_ab=True),
+    # MX prefill, bf16 route: both scales folded into bf16 operands, no per-32 promotion. 128
+    # weight rows x 256 tokens: the widest wgmma N, so each converted weight fragment feeds 256
+    # tokens (H200 probe: 128x128 ran 0.7x of it at 8192^3; a 2x1 cluster changed nothing).
+    _cfg((128, 256, 64), 8, (1, 1), dtype="mxfp8", swap_ab=True, route="bf16"),
+    _cfg((128, 256, 64), 8, (1, 1), dtype="e4m3xe2m1", swap_ab=True, route="bf16"),
     # MX decode (M <= 64): the stream-K tensor-core GEMV, one config per token tile (8, 16, 32, 64
     # tokens: M <= 8 runs one n8 MMA tile). Both families' configs are one translation unit each.
     *(_cfg((GEMV_STRIP_ROWS, t, GEMV_CHUNK_BYTES * w), 1, (1, 1), kernel="gemv", dtype=d, swap_ab=True)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
-__all__ = ["Element", "ELEMENTS", "Variant", "Lowering", "LOWERINGS", "lowering", "fit_variants", "GEMV_VARIANTS"]
+__all__ = ["Element", "ELEMENTS", "Variant", "Lowering", "LOWERINGS", "lowering", "fit_variants", "GEMV_VARIANTS",
+           "BF16_ROUTE_VARIANTS"]
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,12 @@ _SM100_MX = dict(builder="persistent_gemm::kernel::Sm100MxGemm", header="sm100_m
 GEMV_HEADER = "sm90_mx_gemv"
 GEMV_BUILDER = "persistent_gemm::kernel::Sm90MxGemv"
 GEMV_VARIANTS = tuple(Variant(True, True, d, "block", False) for d in ("bf16", "fp16", "fp32"))
+
+# The MX bf16 route (KernelConfig.route == "bf16", both sm90a MX families): a pre-pass and the
+# GEMM in one entry; D by predicated (transposed) stores; fp32 out covers fp16 by one cast.
+BF16_ROUTE_HEADER = "sm90_mx_bf16_gemm_builder"
+BF16_ROUTE_BUILDER = "persistent_gemm::kernel::Sm90MxBf16Gemm"
+BF16_ROUTE_VARIANTS = (Variant(True, True, "bf16", "block", False), Variant(True, True, "fp32", "block", False))
 
 LOWERINGS: dict[tuple[str, str], Lowering] = {(r.arch, r.family): r for r in (
     Lowering("sm90a", "mxfp8", "e4m3", "e4m3", operand_x="persistent_gemm::collective::MxOperandE4m3",

@@ -45,6 +45,43 @@ CUTLASS_DEVICE void e2m1x8_to_e4m3x8(uint32_t x, uint32_t& lo, uint32_t& hi) {
   hi = __byte_perm(__byte_perm(kPos0, kPos1, idx_hi), __byte_perm(kNeg0, kNeg1, idx_hi), sel_hi);
 }
 
+
+// ---- the bf16 route (collective/sm90_mx_bf16_mma.hpp) ----------------------------------------
+// The weight is converted to bf16 in registers straight from its natural byte order: a thread
+// reads 8 consecutive K values of a 32-block (k = 8q .. 8q+7 for lane q = lane % 4) and turns
+// them into the four bf16x2 registers its two k16 A fragments hold for that row. Pair j of
+// those registers holds the values at 8q + 3 - j and 8q + 7 - j (that is where a shift of the
+// packed e2m1 word puts them for free). The tensor core sums over fragment positions, so the
+// activations are written by the pre-pass with the same permutation of K inside each 32-block:
+// position p holds source element bf16_route_source(p).
+//   position p = 16 kk + 8 half + 2 q + i  (k16 step kk, register half, lane q, element i)
+//   register j = 2 kk + half,  source = 8 q + 4 i + 3 - j
+CUTLASS_HOST_DEVICE constexpr int bf16_route_source(int p) {
+  int const kk = p / 16, half = (p / 8) % 2, q = (p / 2) % 4, i = p % 2;
+  return 8 * q + 4 * i + 3 - (2 * kk + half);
+}
+
+// bf16 bits of 2^e for the operand fold (e <= 127): normal, subnormal down to 2^-133, else 0.
+CUTLASS_HOST_DEVICE constexpr uint32_t bf16_pow2_bits(int e) {
+  return e >= -126 ? uint32_t(e + 127) << 7 : (e >= -133 ? 1u << (e + 133) : 0u);
+}
+
+// Pair j of eight e2m1 codes w (code i in nibble i): codes 3 - j and 7 - j as bf16x2, each the
+// exact e2m1 value times 2^-126 (sign to bit 15, exponent and mantissa bits under bf16's
+// exponent field's low bits). Nibble 3 - j + 4 t sits at the top of 16-bit lane t after << 4j.
+CUTLASS_DEVICE uint32_t e2m1_pair_to_bf16x2(uint32_t w, int j) {
+  uint32_t const s = w << (4 * j);
+  return (s & 0x80008000u) | ((s & 0x70007000u) >> 6);
+}
+
+// Pair j of eight e4m3 bytes (lo = bytes 0..3, hi = 4..7): bytes 3 - j and 7 - j as bf16x2, each
+// the exact e4m3 value times 2^-120 (subnormals included: e4m3's 2^-6 binade lands on bf16's
+// subnormal 2^-126 binade with the same mantissa bits).
+CUTLASS_DEVICE uint32_t e4m3_pair_to_bf16x2(uint32_t lo, uint32_t hi, int j) {
+  uint32_t const u = __byte_perm(lo, hi, uint32_t((7 - j) << 12 | (3 - j) << 4));
+  return (u & 0x80008000u) | ((u & 0x7F007F00u) >> 4);
+}
+
 }  // namespace mx_detail
 
 }  // namespace persistent_gemm::collective

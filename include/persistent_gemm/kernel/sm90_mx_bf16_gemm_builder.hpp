@@ -1,0 +1,135 @@
+// Type builder + host runner for the SM90 MX bf16 route (collective/sm90_mx_bf16_mma.hpp):
+// mxfp8_mm and fp8_fp4_mm with both block scales folded into bf16 operands, no promotion.
+//
+//   persistent_gemm::kernel::Sm90MxBf16Gemm<OperandX, ElementD, TileShape, ClusterShape,
+//       ScheduleTag, Style, Stages>::run(GemmArgs const&, stream)
+//
+// Always swap-AB: GemmArgs' a/m are the weight (X, K-major MX bytes, blocked scales) and b/n
+// the activations (e4m3, K-major; scales blocked, or plain rows when ld_scale_b > 0); D is
+// written transposed. run() is two launches on `stream`: the pre-pass (host/mx_bf16_prepass.cuh:
+// row references and the bf16 activations, into GemmArgs::workspace) and the GEMM.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_runtime_api.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+#include "cutlass/epilogue/collective/detail.hpp"
+
+#include "persistent_gemm/collective/sm90_mx_bf16_mma.hpp"
+#include "persistent_gemm/epilogue/sm90_predicated_epilogue.hpp"
+#include "persistent_gemm/host/mx_bf16_prepass.cuh"
+#include "persistent_gemm/kernel/cluster_launch.hpp"
+#include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
+#include "persistent_gemm/kernel/sm90_mx_gemm_builder.hpp"  // sm90_mx_detail's shared-memory budget
+#include "persistent_gemm/registry.h"
+
+namespace persistent_gemm::kernel {
+
+namespace sm90_mx_bf16_detail {
+
+template <class OperandX, class TileShape>
+constexpr int stage_bytes() {
+  constexpr int tm = cute::size<0>(TileShape{}), tn = cute::size<1>(TileShape{});
+  constexpr int x_row = std::is_same_v<OperandX, collective::MxOperandE2m1> ? 32 : 64;
+  return tm * x_row + tn * 128 + 512 + 16 /* full/empty barriers */;
+}
+
+template <class OperandX, class TileShape>
+constexpr int auto_stages() {
+  int s = (sm90_mx_detail::kSmemBytes - sm90_mx_detail::kKernelCarveout) / stage_bytes<OperandX, TileShape>();
+  return s > sm90_mx_detail::kMaxStages ? sm90_mx_detail::kMaxStages : s;
+}
+
+// GemmArgs::workspace: [weight refs][token refs][bf16 activations], each 256 B aligned.
+struct Workspace {
+  float* w_ref;
+  float* a_ref;
+  __nv_bfloat16* y;
+  int64_t ldy;
+  size_t bytes;
+};
+inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+inline Workspace carve(GemmArgs const& g) {
+  int64_t const w_rows = (int64_t(g.m) + 127) / 128 * 128;
+  int64_t const ldy = (int64_t(g.k) + 31) / 32 * 32;
+  size_t const w_bytes = align256(size_t(w_rows) * 4), a_bytes = align256(size_t(g.n) * 4);
+  auto* base = static_cast<char*>(g.workspace);
+  return {reinterpret_cast<float*>(base), reinterpret_cast<float*>(base + w_bytes),
+          reinterpret_cast<__nv_bfloat16*>(base + w_bytes + a_bytes), ldy,
+          w_bytes + a_bytes + size_t(g.n) * size_t(ldy) * 2};
+}
+
+}  // namespace sm90_mx_bf16_detail
+
+template <class OperandX, class ElementD, class TileShape, class ClusterShape, class ScheduleTag, class Style,
+          int Stages>
+struct Sm90MxBf16Gemm {
+  static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
+  static constexpr bool kE2m1 = std::is_same_v<OperandX, collective::MxOperandE2m1>;
+  static_assert(ScheduleTag::SplitK == 1, "the MX bf16 route has no split-K (its K loop is the whole K)");
+  static constexpr int kStages = Stages > 0 ? Stages : sm90_mx_bf16_detail::auto_stages<OperandX, TileShape>();
+
+  using CollectiveMainloop = collective::Sm90MxBf16Mma<OperandX, TileShape, ClusterShape, kStages, kCooperative>;
+  // The row and token references come back as the Rowwise epilogue's two fp32 vectors.
+  using EpilogueOp = epilogue::Sm90PredicatedEpilogue<ElementD, ScaleMode::Rowwise, /*TransposeD=*/true>;
+  using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<EpilogueOp>;
+  using Kernel = Sm90GemmPersistent<CollectiveMainloop, CollectiveEpilogue, ScheduleTag, Style>;
+  using Arguments = typename Kernel::Arguments;
+
+  static Arguments make_arguments(GemmArgs const& g, sm90_mx_bf16_detail::Workspace const& w) {
+    Arguments args{};
+    args.problem = cute::make_shape(int(g.m), int(g.n), int(g.k), 1);
+    args.mainloop = {g.a, g.lda, w.y, w.ldy, static_cast<uint8_t const*>(g.scale_a), w.w_ref};
+    args.epilogue = {static_cast<ElementD*>(g.d), int64_t(g.ldd), w.w_ref, w.a_ref,
+                     static_cast<ElementD const*>(g.bias), g.alpha, g.beta};
+    args.scheduler.max_workers = g.max_workers;
+    args.sm_count = g.sm_count;
+    return args;
+  }
+
+  static size_t workspace_bytes(GemmArgs const& g) { return sm90_mx_bf16_detail::carve(g).bytes; }
+
+  // TMA's rules for the weight (16 B aligned base and stride), a blocked weight scale (bulk
+  // copies of its atoms), K % 32 for packed e2m1 rows, D's extent, the workspace.
+  static bool can_implement(GemmArgs const& g) {
+    if (g.m < 1 || g.n < 1 || g.k < 1 || g.scale_mode != ScaleMode::Block32) return false;
+    if (!g.a || !g.b || !g.d || !g.scale_a || !g.scale_b || g.ld_scale_a != 0) return false;
+    if (!aligned16(g.a) || !aligned16(g.scale_a)) return false;
+    int64_t const x_bytes = kE2m1 ? g.k / 2 : g.k;
+    if (kE2m1 && g.k % 32) return false;
+    if (g.lda < x_bytes || g.lda % 16 || g.ldb < g.k) return false;
+    if (g.ldd < g.m) return false;
+    if (g.workspace == nullptr || g.workspace_bytes < workspace_bytes(g) || reinterpret_cast<uintptr_t>(g.workspace) % 256)
+      return false;
+    return Kernel::can_implement(make_arguments(g, sm90_mx_bf16_detail::carve(g)));
+  }
+
+  // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
+  static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
+    if (!can_implement(g)) return cudaErrorInvalidValue;
+    auto const w = sm90_mx_bf16_detail::carve(g);
+    host::MxBf16PrepassJob job;
+    job.k = g.k;
+    job.w_scale = static_cast<uint8_t const*>(g.scale_a);
+    job.w_scale_ld = 0;
+    job.w_rows = g.m;
+    job.w_ref = w.w_ref;
+    job.a = static_cast<uint8_t const*>(g.b);
+    job.lda = g.ldb;
+    job.a_scale = static_cast<uint8_t const*>(g.scale_b);
+    job.a_scale_ld = g.ld_scale_b;
+    job.a_rows = g.n;
+    job.a_ref = w.a_ref;
+    job.y = w.y;
+    job.ldy = w.ldy;
+    if (cudaError_t e = host::mx_bf16_prepass(job, stream); e != cudaSuccess) return e;
+    return launch_sm90_persistent<Kernel>(make_arguments(g, w), stream);
+  }
+};
+
+}  // namespace persistent_gemm::kernel
