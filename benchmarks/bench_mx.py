@@ -5,6 +5,10 @@ quantize_mxfp8 / quantize_mxfp4) and returns (M, N) bf16:
 
     ours               pg.mxfp8_mm / pg.fp8_fp4_mm on a pg.prepare_weight'ed weight
     ours_plain         the same op on the plain operands (wq.t(), ws): weight preparation per call
+    ours_promote       the same op forced onto the per-32 promotion kernel (the prefill route before
+                       the bf16 route), where it is built
+    dequant+mm         our CUDA dequantization of both operands to bf16 (persistent_gemm.dequantize_mx,
+                       exact), then torch.mm: the fastest two-step alternative; both steps timed
     emulation          torchao-style: dequantize both operands to bf16 ((q.float() * scale
                        broadcast over each 1x32 block).to(bf16)), then torch.mm; dequant + mm timed
     torch.mm           bf16 torch.mm of the dequantized values (exact in bf16)
@@ -65,6 +69,10 @@ DECODE = {"decode": [(m, 8192, 8192) for m in (1, 16, 32, 64)] + [(1, 28672, 819
 #: --suite decode_min: the decode rows a short device session can afford
 DECODE_MIN = {"decode": [(1, 8192, 8192), (16, 8192, 8192), (1, 28672, 8192)]}
 QUICK = {"square": [(8192, 8192, 8192)], "decode": [(1, 8192, 8192), (16, 8192, 8192)]}
+#: --suite prefill: issue 22's rows (the bf16 route's range and the decode/prefill crossover)
+PREFILL = {"square": [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
+           "prefill": [(2048, 8192, 8192), (4096, 7168, 2048), (8192, 28672, 8192)],
+           "mid": [(m, 8192, 8192) for m in (128, 256, 512)]}
 OPS = ("mxfp8_mm", "fp8_fp4_mm")
 EXPLAIN_DTYPE = {"mxfp8_mm": "mxfp8", "fp8_fp4_mm": "e4m3xe2m1"}
 PREPARE_FMT = {"mxfp8_mm": "mxfp8", "fp8_fp4_mm": "fp4"}
@@ -72,7 +80,10 @@ DECODE_MAX_M = 128
 GRAPH_CALLS = 20
 HOST_CALLS = 100
 MISMATCH_TOL = 5e-2
-PEERS = ("torch.mm", "emulation", "scaled_mm_rowwise", "humming")
+PEERS = ("torch.mm", "dequant+mm", "emulation", "scaled_mm_rowwise", "humming")
+#: The promoting prefill config of each op (forced for the ours_promote contender).
+PROMOTE_CONFIG = {"mxfp8_mm": "sm90a_mxfp8_128x128x128_c2x1_sw8_row_coop",
+                  "fp8_fp4_mm": "sm90a_e4m3xe2m1_128x128x128_c1x2_sw8_row_coop_swapab"}
 FIELDS = ["op", "group", "m", "n", "k", "contender", "config", "ms", "tflops", "weight_gbps",
           "ratio_vs_torch_mm", "ratio_vs_emulation", "host_us_per_call", "timing", "rel_err", "gpu"]
 NAN = float("nan")
@@ -227,6 +238,7 @@ def contenders(op: str, humming) -> dict:
     bf16 = torch.bfloat16
     mx_w = lambda c: nbytes(c["wq"], c["ws"])
     prepare = getattr(pg, "prepare_weight", None)
+    built = {e["config"] for e in pg._C.built_kernels()}
 
     def emulation(c):
         if op == "fp8_fp4_mm":
@@ -241,6 +253,12 @@ def contenders(op: str, humming) -> dict:
     out = {"ours": (ours, mx_w)} if prepare is not None else {"ours": (plain, mx_w)}
     if prepare is not None:
         out["ours_plain"] = (plain, mx_w)
+    if PROMOTE_CONFIG[op] in built:
+        out["ours_promote"] = (lambda c: (lambda: fn(c["xq"], c["xs"], c["wq"].t(), c["ws"], out_dtype=bf16,
+                                                     config=PROMOTE_CONFIG[op])), mx_w)
+    dq = getattr(torch.ops.persistent_gemm, "dequantize_mx", None)
+    if dq is not None:
+        out["dequant+mm"] = (lambda c: (lambda: torch.mm(dq(c["xq"], c["xs"]), dq(c["wq"], c["ws"]).t())), mx_w)
     out["emulation"] = (emulation, mx_w)
     out["torch.mm"] = (lambda c: (lambda: torch.mm(c["xb"], c["wb"].t())), lambda c: nbytes(c["wb"]))
     out["scaled_mm_rowwise"] = (
@@ -335,8 +353,8 @@ def summary(rows: list[dict], bw: dict, gpu: str, args) -> str:
              "ours_plain = the same op on the plain operands.",
              "",
              "| op | group | M×N×K | our kernel | ours µs | TFLOP/s | weight GB/s | host µs/call | ours/torch.mm "
-             "| ours/emulation | ours/scaled_mm_rowwise | ours/humming | ours_plain µs | max rel err |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| ours/dequant+mm | ours/emulation | ours/scaled_mm_rowwise | ours/humming | ours_plain µs | max rel err |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, f, unit="": "n/a" if not math.isfinite(v) else format(v, f) + unit
     pct = lambda v: f" ({100 * v / bw['copy_rw_gbps']:.0f}%)" if math.isfinite(v) else ""
     bad, speedups = [], {}
@@ -370,7 +388,7 @@ def summary(rows: list[dict], bw: dict, gpu: str, args) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="benchmarks/results/h200_mx.csv", help="CSV path (<out>.md is written beside it)")
-    ap.add_argument("--suite", choices=["quick", "decode", "decode_min", "full"], default="full")
+    ap.add_argument("--suite", choices=["quick", "decode", "decode_min", "prefill", "full"], default="full")
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, from {list(OPS)}")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=30)
@@ -398,7 +416,7 @@ def main() -> int:
     bw = bandwidth()
     print(f"bandwidth: copy {bw['copy_rw_gbps']:.0f} GB/s read+written ({bw['copy_read_gbps']:.0f} read side), "
           f"read-only sum {bw['sum_read_gbps']:.0f} GB/s", flush=True)
-    suite = {"full": SUITE, "decode": DECODE, "decode_min": DECODE_MIN}.get(args.suite, QUICK)
+    suite = {"full": SUITE, "decode": DECODE, "decode_min": DECODE_MIN, "prefill": PREFILL}.get(args.suite, QUICK)
     rows = []
     for op in ops:
         for group, shapes in suite.items():

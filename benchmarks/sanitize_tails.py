@@ -50,7 +50,7 @@ def main() -> int:
     ap.add_argument("--family", default="", help="only configs whose name contains _<family>_")
     ap.add_argument("--quick", action="store_true", help="decode GEMVs: two shapes only (racecheck, synccheck)")
     args = ap.parse_args()
-    kernels = [k for k in pg._C.built_kernels() if f"_{args.family}_" in k["config"] or not args.family]
+    kernels = [k for k in pg._C.built_kernels() if f"_{args.family}_" in k["config"] + "_" or not args.family]
     configs = sorted({(k["config"], bool(k.get("fast_accum", False))) for k in kernels})
     pg._C.set_poison_outputs(True)
     bad = skipped = 0
