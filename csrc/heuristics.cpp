@@ -65,11 +65,18 @@ constexpr double kPromoteClk = 25;
 // wgmma (collective/sm90_mx_block_scaled_mma.hpp); the e8m0 expansion and scale loads add per K-tile.
 constexpr double kFp32LanesPerClk = 128;
 constexpr double kMxTileOverheadClk = 120;
+// FMUL + FFMA are 2 ops per element and block; the prefill kernels run at about half that issue
+// rate (ptxas serializes their wgmmas, docs/design/sm90_mx_mainloop.md): fitted to the H200's
+// promoted 128x128 rows at 8192^3 (355 TFLOP/s mxfp8, 306 FP8 x FP4; benchmarks/results/h200_mx.md).
+// Until issue 22 the K-tile time took the MMA's clocks even where this bound was longer, so the
+// model put these kernels at 3.5x their measured speed.
+constexpr double kMxPromoteOps = 4.2;
 // The wgmma MX decode tiles (ping-pong, swap-AB: 64 weight rows x 16..64 tokens) are latency-
 // bound, not issue-bound: per K-tile four dependent wgmma -> wait -> promote steps. Fitted to
 // the H200 decode rows (benchmarks/results/h200_mx.md: 64x16 at 1x8192^2 44.8 us, 64x64 at
 // 64x8192^2 53.8 us: about 1100 clocks per K-tile beside the modelled wgmma and promotion).
-constexpr double kMxDecodeChainClk = 1700;
+// (Refit when the K-tile time became bound + overhead, issue 22: the same 44.8 / 53.8 us.)
+constexpr double kMxDecodeChainClk = 640;
 constexpr double kOobFillBytesPerUs = 80e3;    // TMA zero-fill of out-of-bounds box rows, per SM
 constexpr double kCoopEpilogueUsPer32K = 3.3;  // cooperative epilogue per 32K-element tile
 constexpr double kL2ShareOfDram = 0.25;        // L2 -> SM traffic slows a concurrent DRAM stream
@@ -119,12 +126,14 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   // Per k-tile work in SM clocks (fp8 tiles are twice as deep at twice the rate: same clocks).
   double const flops_per_clk = c.flops_per_clk_16bit * (ea <= 1 ? 2 : 1);
   double stage_clk = 2.0 * g.tile_m * g.tile_n * g.tile_k / flops_per_clk;
-  if (mx_alu) stage_clk = std::max(stage_clk, 2.0 * g.tile_m * g.tile_n * (g.tile_k / 32) / kFp32LanesPerClk);
+  if (mx_alu)
+    stage_clk = std::max(stage_clk, kMxPromoteOps * g.tile_m * g.tile_n * (g.tile_k / 32) / kFp32LanesPerClk);
   double const overhead_clk = c.stage_overhead_clk + (promoted_fp8 ? kPromoteClk : 0.0) +
                               (mx_alu ? kMxTileOverheadClk : 0.0) +
                               (mx_alu && g.style == KernelStyle::PingPong ? kMxDecodeChainClk : 0.0);
-  double const eff = c.mma_eff_max * stage_clk / (stage_clk + overhead_clk);
-  double const tile_mma_us = 2.0 * g.tile_m * g.tile_n * kp / flops_per_clk / eff / (c.clock_ghz * 1e3);
+  // A K-tile costs its bound (MMA, or the MX promotion's ALU work when that is longer) plus the
+  // per-K-tile overhead, derated by the MMA efficiency.
+  double const tile_mma_us = double(kp / g.tile_k) * (stage_clk + overhead_clk) / c.mma_eff_max / (c.clock_ghz * 1e3);
   // Rows past M (columns past N) are not loaded but zero-filled: see oob_us below.
   double const rows_a = pad_m ? g.tile_m : std::min<int64_t>(g.tile_m, r.m), rows_b = std::min<int64_t>(g.tile_n, r.n);
   double const tile_load_us = (rows_a * ea + rows_b * eb) * kp / c.sm_load_bytes_per_us;

@@ -147,6 +147,13 @@ def test_any_config_is_valid_and_round_trips_or_raises_config_error_with_a_reaso
         ("sm90a_bf16_128x256x64_c2x1_sw8_row_coop_fastacc", r"accum='fast' is an FP8 mainloop option"),
         ("sm90a_e4m3_128x256x128_c2x1_sw8_row_coop", r"promoted FP8 accumulation keeps"),
         ("sm90a_e4m3_128x256x128_c2x1_sw8_row_coop_s4_fastacc", r"is not of the form"),
+        # the MX bf16 route's rules (collective/sm90_mx_bf16_mma.hpp)
+        ("sm90a_mxfp8_128x256x64_c1x1_sw8_row_coop_bf16route", r"route='bf16' kernels are swap_ab"),
+        ("sm90a_mxfp8_128x256x128_c1x1_sw8_row_coop_swapab_bf16route", r"route='bf16' needs tile_k = 64"),
+        ("sm90a_e4m3xe2m1_256x128x64_c1x1_sw8_row_coop_swapab_bf16route", r"tile_m must be 128 \(cooperative\)"),
+        ("sm90a_mxfp8_128x256x64_c1x1_sw8_row_sk2_coop_swapab_bf16route", r"route='bf16' has no split-K"),
+        ("sm90a_bf16_128x256x64_c1x1_sw8_row_coop_swapab_bf16route", r"route='bf16' is an MX mainloop option"),
+        ("sm100a_mxfp8_128x128x128_c1x1_sw8_row_1sm_bf16route", r"route='bf16' is an sm90a mainloop"),
     ],
 )
 def test_invalid_names_raise_config_error_with_reason(name, match):
@@ -166,6 +173,7 @@ def test_invalid_names_raise_config_error_with_reason(name, match):
         (dict(dtype="e4m3xe2m1", tile=(128, 128, 128)), r"FP8 x FP4 kernels must be swap_ab"),
         (dict(dtype="mxfp8", tile=(128, 128, 128), swap_ab=True, kernel="pingpong"), r"MX promotion keeps"),
         (dict(accum="slow"), r"accum must be one of"),
+        (dict(dtype="mxfp8", route="fp4"), r"route must be one of"),
     ],
 )
 def test_invalid_configs_raise_config_error_with_reason(kwargs, match):
@@ -187,3 +195,15 @@ def test_style_tokens_are_accepted_spellings():
         KernelConfig(kernel="ping")
     with pytest.raises(TypeError):
         pp.grid(1024, 1024, 2)  # batch is keyword-only
+
+
+def test_bf16_route_configs_name_their_route():
+    # route="bf16" is a name token (``_bf16route``): round trip, and distinct from the promoting
+    # kernel of the same tile.
+    routed = [c for c in CATALOGUE if c.route == "bf16"]
+    assert {c.dtype for c in routed} == {"mxfp8", "e4m3xe2m1"}
+    for c in routed:
+        assert c.name.endswith("_swapab_bf16route") and KernelConfig.from_name(c.name) == c
+        assert c.tile[2] == 64 and c.swap_ab
+    plain = KernelConfig(tile=(128, 256, 64), dtype="mxfp8", swap_ab=True, route="bf16")
+    assert KernelConfig.from_name(plain.name).route == "bf16"

@@ -494,3 +494,20 @@ def test_cuda_matches_cpu():
         assert torch.equal(e_gpu.view(torch.uint8).cpu(), e_cpu.view(torch.uint8))
         assert torch.equal(s_gpu.view(torch.uint8).cpu(), s_cpu.view(torch.uint8))
         assert torch.equal(dq(e_gpu, s_gpu).cpu(), dq(e_cpu, s_cpu))
+
+
+@pytest.mark.skipif(not __import__("persistent_gemm").extension_available(), reason="needs the built extension")
+@pytest.mark.parametrize("fmt", ["mxfp8", "fp4"])
+def test_dequantize_mx_op_on_cpu_is_the_definition_in_bf16(fmt):
+    # persistent_gemm.dequantize_mx (the dequantize+mm baseline's first step; CUDA kernel in
+    # host/mx_bf16_prepass.cuh) on the CPU: quant.py's dequantization rounded to bf16 once; its
+    # fake gives the (rows, K) bf16 shape for packed FP4 too.
+    x = torch.randn(33, 96) * torch.logspace(-2, 2, 33)[:, None]
+    data, scale = quant.quantize_mxfp8(x) if fmt == "mxfp8" else quant.quantize_mxfp4(x)
+    out = torch.ops.persistent_gemm.dequantize_mx(data, scale)
+    want = (quant.dequantize_mxfp8 if fmt == "mxfp8" else quant.dequantize_mxfp4)(data, scale).bfloat16()
+    assert out.dtype == torch.bfloat16 and out.shape == (33, 96)
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    with torch._subclasses.FakeTensorMode():
+        fake = torch.ops.persistent_gemm.dequantize_mx(torch.empty_like(data), torch.empty_like(scale))
+    assert fake.shape == (33, 96) and fake.dtype == torch.bfloat16

@@ -148,6 +148,9 @@ class KernelConfig:
             return f"route must be one of {MX_ROUTES}, got {self.route!r}"
         if self.route != "promote" and self.dtype not in MX_DTYPES:
             return f"route={self.route!r} is an MX mainloop option ({', '.join(MX_DTYPES)}), not {self.dtype}"
+        if self.route != "promote" and self.arch != "sm90a":
+            return (f"route={self.route!r} is an sm90a mainloop (sm100a's block_scale MMA applies the MX scales "
+                    f"itself), not {self.arch}")
         if self.accum == "fast" and self.dtype not in FAST_ACCUM_DTYPES:
             return f"accum='fast' is an FP8 mainloop option ({FAST_ACCUM_DTYPES}); {self.dtype} always accumulates in fp32"
         if self.kernel not in KERNEL_STYLES[self.arch]:

@@ -46,9 +46,10 @@ __device__ inline float e4m3_value(uint32_t byte) {
   return float(v);
 }
 
+// Exact, branch-free: the 3 magnitude bits under fp32's exponent field's low bits are the value
+// times 2^-126 (code 1, 0.5, lands on the subnormal 2^-127); 2^126 is exact in fp32.
 __device__ inline float e2m1_value(uint32_t code) {
-  constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  float const m = kMag[code & 7u];
+  float const m = __uint_as_float((code & 7u) << 22) * 0x1p126f;
   return (code & 8u) ? -m : m;
 }
 
@@ -94,7 +95,7 @@ constexpr int kChunkBlocks = 32;  // 32-blocks of one warp's activation chunk: a
 // A weight band (128 rows): the band's atoms are contiguous; the uint4 at 16 i of an atom holds
 // rows i, i+32, i+64, i+96 (4 codes each). Thread t reads column t/32, t/32 + 8, ... for rows
 // t%32 + 32 j; the eight warps' maxima meet in shared memory.
-__device__ void weight_band(MxBf16PrepassJob const& job, int band, int k_blocks, int atom_cols) {
+inline __device__ void weight_band(MxBf16PrepassJob const& job, int band, int k_blocks, int atom_cols) {
   __shared__ int best[kWarps][mx::kAtomRows];
   int const t = threadIdx.x, i = t % 32, w = t / 32;
   int r[4] = {-1, -1, -1, -1};
@@ -126,7 +127,7 @@ __device__ void weight_band(MxBf16PrepassJob const& job, int band, int k_blocks,
 // One warp: token `row`'s reference (every warp of the row recomputes it from the row's codes,
 // a few hundred bytes from L2), then its chunk of 32 blocks, a block per lane: 32 e4m3 bytes in,
 // 64 bf16 bytes out, in the mainloop's fragment order (mx_detail::bf16_route_source).
-__device__ void activation_chunk(MxBf16PrepassJob const& job, int64_t row, int chunk, int k_blocks, int atom_cols) {
+inline __device__ void activation_chunk(MxBf16PrepassJob const& job, int64_t row, int chunk, int k_blocks, int atom_cols) {
   int const lane = threadIdx.x % 32;
   ScaleView const s{job.a_scale, job.a_scale_ld, atom_cols};
   int const r = row_reference(s, row, k_blocks, lane);
@@ -169,7 +170,7 @@ __device__ void activation_chunk(MxBf16PrepassJob const& job, int64_t row, int c
   for (int i = 0; i < 4; ++i) reinterpret_cast<uint4*>(y)[i] = reinterpret_cast<uint4 const*>(out)[i];
 }
 
-__global__ void __launch_bounds__(kThreads) mx_bf16_prepass_kernel(MxBf16PrepassJob job, int w_bands, int chunks) {
+static __global__ void __launch_bounds__(kThreads) mx_bf16_prepass_kernel(MxBf16PrepassJob job, int w_bands, int chunks) {
   int const k_blocks = (job.k + mx::kBlockK - 1) / mx::kBlockK;
   int const atom_cols = (job.k + mx::kTileK - 1) / mx::kTileK;
   if (int(blockIdx.x) < w_bands) {
