@@ -478,6 +478,11 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     # tokens (H200 probe: 128x128 ran 0.7x of it at 8192^3; a 2x1 cluster changed nothing).
     _cfg((128, 256, 64), 8, (1, 1), dtype="mxfp8", swap_ab=True, route="bf16"),
     _cfg((128, 256, 64), 8, (1, 1), dtype="e4m3xe2m1", swap_ab=True, route="bf16"),
+    # ... and 64 weight rows x 128 tokens, ping-pong, for 64 < M <= ~512: twice the weight tiles
+    # (N = 8192: 128, one per SM) where the 128-row tile leaves half the GPU idle, and the other
+    # consumer's epilogue overlapped.
+    _cfg((64, 128, 64), 8, (1, 1), kernel="pingpong", dtype="mxfp8", swap_ab=True, route="bf16"),
+    _cfg((64, 128, 64), 8, (1, 1), kernel="pingpong", dtype="e4m3xe2m1", swap_ab=True, route="bf16"),
     # MX decode (M <= 64): the stream-K tensor-core GEMV, one config per token tile (8, 16, 32, 64
     # tokens: M <= 8 runs one n8 MMA tile). Both families' configs are one translation unit each.
     *(_cfg((GEMV_STRIP_ROWS, t, GEMV_CHUNK_BYTES * w), 1, (1, 1), kernel="gemv", dtype=d, swap_ab=True)
