@@ -59,9 +59,25 @@ __device__ inline float scale_value(float v, int e) { return ldexpf(v, e); }
 // Largest non-NaN code of a row (warp-wide), or 127 when there is none.
 __device__ inline int row_reference(ScaleView s, int64_t row, int k_blocks, int lane) {
   int r = -1;
-  for (int b = lane; b < k_blocks; b += 32) {
-    int const c = int(s.code(row, b));
-    r = c != 255 && c > r ? c : r;
+  auto take = [&](uint32_t word, int b0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      int const c = int((word >> (8 * i)) & 0xFFu);
+      r = b0 + i < k_blocks && c != 255 && c > r ? c : r;
+    }
+  };
+  uint8_t const* p = s.p + row * s.ld;
+  if (s.ld > 0 && (reinterpret_cast<uintptr_t>(p) % 16) == 0 && s.ld % 16 == 0 && k_blocks % 16 == 0) {
+    // Plain rows of whole 16-byte groups: 16 codes per lane per load (K = 8192: one load a lane).
+    for (int b = 16 * lane; b < k_blocks; b += 512) {
+      uint4 const v = *reinterpret_cast<uint4 const*>(p + b);
+      take(v.x, b), take(v.y, b + 4), take(v.z, b + 8), take(v.w, b + 12);
+    }
+  } else {
+    for (int b = lane; b < k_blocks; b += 32) {
+      int const c = int(s.code(row, b));
+      r = c != 255 && c > r ? c : r;
+    }
   }
   r = __reduce_max_sync(0xFFFFFFFFu, r);
   return r < 0 ? 127 : r;
