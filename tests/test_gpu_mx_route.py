@@ -123,6 +123,8 @@ def test_dequantize_mx_matches_the_definition(fmt):
     want = torch.ops.persistent_gemm.dequantize_mx(data.cpu(), scale.cpu())
     assert got.dtype == BF16 and got.shape == (rows, k)
     torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)
-    # test_schema compares the float8 inputs before and after, which torch cannot do for float8.
+    # test_schema compares the float8 inputs before and after, which torch cannot do for float8;
+    # the compiled-vs-eager comparison treats NaN as a difference, so no code 255 there.
+    scale.view(torch.uint8)[4, 2] = 127
     torch.library.opcheck(torch.ops.persistent_gemm.dequantize_mx, (data, scale),
                           test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
