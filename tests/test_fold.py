@@ -1,5 +1,6 @@
 """The exact-fold window of MXFP4 weights (persistent_gemm.fold, groundwork for issue 22's
-fold route): the window is exact and tight, and fold_plan classifies rows by it."""
+fold route): the window is exact and tight, and fold_plan classifies (16-row strip, block) pairs
+by it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 import persistent_gemm as pg
-from persistent_gemm.fold import FOLD_WINDOW, fold_plan
+from persistent_gemm.fold import FOLD_WINDOW, STRIP_ROWS, fold_plan
 
 E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=torch.float64)
 E2M1 = torch.cat([E2M1, -E2M1])  # codes 0..15
@@ -26,58 +27,78 @@ def test_every_e2m1_value_times_2_to_the_j_is_an_e4m3_value_exactly_in_the_windo
     assert not _exact_in_e4m3(E2M1 * 2.0 ** (hi + 1)).all()
 
 
-def _weight(rows_exponents, k=128, zero_blocks=()):
-    """A packed e2m1 weight with all-nonzero codes and the given per-row block exponents."""
+def _weight(strip_exponents, k=128, zero_blocks=(), rows=None):
+    """A packed e2m1 weight with all-nonzero codes. ``strip_exponents[s][b]`` lists the exponents
+    of block b across the rows of strip s (cycled over its 16 rows); ``zero_blocks`` holds
+    (row, block) pairs whose codes are zeroed."""
     g = torch.Generator().manual_seed(0)
-    n, blocks = len(rows_exponents), k // 32
+    blocks = k // 32
+    n = rows if rows is not None else STRIP_ROWS * len(strip_exponents)
     codes = torch.randint(1, 16, (n, k), generator=g, dtype=torch.uint8)
     codes[codes == 8] = 9  # no -0: every block nonzero unless zeroed below
     for r, b in zero_blocks:
         codes[r, 32 * b:32 * (b + 1)] = 0
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).view(torch.float4_e2m1fn_x2)
-    scale = torch.tensor([[e + 127 for e in row] for row in rows_exponents], dtype=torch.uint8)
-    assert scale.shape == (n, blocks)
+    scale = torch.empty(n, blocks, dtype=torch.uint8)
+    for r in range(n):
+        strip = strip_exponents[r // STRIP_ROWS]
+        for b in range(blocks):
+            es = strip[b]
+            scale[r, b] = es[(r % STRIP_ROWS) % len(es)] + 127
     return packed, scale.view(torch.float8_e8m0fnu)
 
 
-def test_fold_plan_classifies_rows_by_their_span():
-    rows = [[0, 0, 0, 0],          # span 0
-            [-20, -6, -10, -7],     # span 14: fits exactly
-            [-20, -5, -10, -7],     # span 15: out
-            [100, 90, 95, 99],      # wide exponents, span 10
-            [0, 30, 0, 0]]          # an outlier block 2^30 above: out
-    wq, ws = _weight(rows)
+def test_fold_plan_classifies_strip_blocks_by_their_span():
+    # Strip 0's blocks: rows all alike; rows 14 apart (fits exactly); 15 apart (out); wide
+    # exponents 10 apart. Strip 1: an outlier row 2^30 above at block 1 only.
+    strips = [[[0], [-20, -6, -10], [-20, -5], [100, 90, 95]],
+              [[3], [0, 30, 0], [-1, 0], [7]]]
+    wq, ws = _weight(strips)
     plan = fold_plan(wq, ws)
-    assert plan.span.tolist() == [0, 14, 15, 10, 30]
-    assert plan.in_window.tolist() == [True, True, False, True, False]
-    assert plan.ref_exponent.tolist() == [0 - 6, -6 - 6, -5 - 6, 100 - 6, 30 - 6]
-    assert not plan.foldable and plan.rows_out_of_window == 2
+    assert plan.ref_exponent.shape == (2, 4)
+    assert plan.span.tolist() == [[0, 14, 15, 10], [0, 30, 1, 0]]
+    assert plan.in_window.tolist() == [[True, True, False, True], [True, False, True, True]]
+    assert plan.ref_exponent.tolist() == [[-6, -12, -11, 94], [-3, 24, -6, 1]]
+    assert not plan.foldable and plan.blocks_out_of_window == 2
     s = plan.shifts(ws)
-    ok = plan.in_window
+    ok = plan.in_window.repeat_interleave(STRIP_ROWS, dim=0)
     assert (s[ok] >= FOLD_WINDOW[0]).all() and (s[ok] <= FOLD_WINDOW[1]).all()
 
 
-def test_zero_blocks_and_nan_scales():
-    # row 0: its outlier block is all zeros (its scale does not count); row 1: a NaN scale on a
-    # nonzero block (no e4m3 code carries it); row 2: NaN on an all-zero block; row 3: all zeros.
-    rows = [[0, 40, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
-    wq, ws = _weight(rows, zero_blocks=[(0, 1), (2, 3), (3, 0), (3, 1), (3, 2), (3, 3)])
+def test_a_row_spanning_many_binades_along_k_still_folds():
+    # The reference is per (strip, block): a row whose blocks span 2^100 along K folds exactly
+    # as long as the strip's rows agree within 14 at each block (a per-row reference could not).
+    wq, ws = _weight([[[0], [50], [100], [-50]]])
+    plan = fold_plan(wq, ws)
+    assert plan.foldable and plan.span.tolist() == [[0, 0, 0, 0]]
+
+
+def test_zero_blocks_nan_scales_and_a_partial_last_strip():
+    # 20 rows: strip 1 holds rows 16..19 only. Row 0's outlier block is all zeros (its scale does
+    # not count); row 1 has a NaN scale on a nonzero block (no e4m3 code carries it); row 2 NaN on
+    # an all-zero block; strip 1's block 0 is all zeros.
+    wq, ws = _weight([[[0], [0], [0], [0]], [[0], [0], [0], [0]]], rows=20,
+                     zero_blocks=[(0, 1), (2, 3)] + [(r, 0) for r in range(16, 20)])
     ws = ws.view(torch.uint8).clone()
+    ws[0, 1] = 127 + 40
     ws[1, 2] = 255
     ws[2, 3] = 255
+    ws[16:, 0] = 127 + 90
     plan = fold_plan(wq, ws.view(torch.float8_e8m0fnu))
-    assert plan.in_window.tolist() == [True, False, True, True]
-    assert plan.span.tolist() == [0, -1, 0, 0]
-    assert plan.ref_exponent[3].item() == 0
+    assert plan.ref_exponent.shape == (2, 4)
+    assert plan.in_window.tolist() == [[True, True, False, True], [True, True, True, True]]
+    assert plan.span.tolist() == [[0, 0, -1, 0], [0, 0, 0, 0]]
+    assert plan.ref_exponent[1, 0].item() == 0  # all zeros: no reference needed
 
 
 @pytest.mark.parametrize("n,k", [(7, 32), (33, 96), (16, 1024)])
 def test_folding_an_in_window_weight_is_exact(n, k):
-    """e4m3(e2m1 * 2^(e_b - E_ref)) * 2^E_ref == the MX value, bit for bit, on quantize_mxfp4's
-    output for a weight whose rows span up to 2^12 between blocks."""
+    """e4m3(e2m1 * 2^(e - R)) * 2^R == the MX value, bit for bit, on quantize_mxfp4's output for a
+    weight whose rows differ by up to 2^12 at a block."""
     g = torch.Generator().manual_seed(n * k)
     w = torch.randn(n, k, generator=g, dtype=torch.float64)
     w *= 2.0 ** torch.randint(-6, 7, (n, k // 32), generator=g).repeat_interleave(32, dim=1)
+    w *= 2.0 ** (torch.arange(k // 32) % 8).mul(9).repeat_interleave(32)[None, :]  # and 2^9 apart along K
     wq, ws = pg.quantize_mxfp4(w.float())
     plan = fold_plan(wq, ws)
     assert plan.foldable
@@ -86,12 +107,12 @@ def test_folding_an_in_window_weight_is_exact(n, k):
     j = plan.shifts(ws).repeat_interleave(32, dim=1)[:, :k].double()
     folded = (vals * 2.0**j).to(torch.float8_e4m3fn).double()
     assert torch.equal(folded, vals * 2.0**j)  # the conversion rounds nothing
-    got = folded * 2.0 ** plan.ref_exponent.double()[:, None]
+    got = folded * 2.0 ** plan.row_ref_exponent(n).repeat_interleave(32, dim=1)[:, :k].double()
     assert torch.equal(got.float(), pg.dequantize_mxfp4(wq, ws).float())
 
 
 def test_fold_plan_errors_name_the_argument():
-    wq, ws = _weight([[0, 0, 0, 0]])
+    wq, ws = _weight([[[0], [0], [0], [0]]])
     with pytest.raises(TypeError, match="wq must be the packed e2m1"):
         fold_plan(torch.zeros(1, 64), ws)
     with pytest.raises(TypeError, match="ws must be the e8m0"):
@@ -103,14 +124,13 @@ def test_fold_plan_errors_name_the_argument():
 
 
 def test_a_prepared_fp4_weight_gives_its_fold_window():
-    rows = [[0, 0, 0, 0], [0, 20, 0, 0], [-3, 5, 1, 0]]
-    wq, ws = _weight(rows)
+    wq, ws = _weight([[[0], [0, 20], [-3], [1]], [[5], [5], [5], [5]]])
     plain = pg.prepare_weight(wq, ws, fmt="fp4")
     blocked = pg.prepare_weight(wq, pg.to_blocked(ws), fmt="fp4", scale_layout="blocked")
     for pw in (plain, blocked):
         plan = pw.fold_plan()
-        assert plan.in_window.tolist() == [True, False, True]
-        assert plan.ref_exponent.tolist() == [-6, 14, -1]
+        assert plan.in_window.tolist() == [[True, False, True, True], [True, True, True, True]]
+        assert plan.ref_exponent.tolist() == [[-6, 14, -9, -5], [-1, -1, -1, -1]]
         assert not plan.foldable
     wq8, ws8 = pg.quantize_mxfp8(torch.randn(8, 64))
     with pytest.raises(ValueError, match="fold_plan is for fmt='fp4'"):

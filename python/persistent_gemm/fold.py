@@ -1,21 +1,23 @@
-"""The exact-fold window of an MXFP4 weight: which rows can carry their block scales inside e4m3.
+"""The exact-fold window of an MXFP4 weight: which (16-row strip, 32-K block) pairs can carry their
+block scales inside e4m3.
 
 Groundwork for the FP8xFP4 fold route of issue 22 (no kernel reads it yet; the MX ops do not
 change). An e2m1 value times 2^j is exactly an e4m3 value for every j in FOLD_WINDOW = [-8, +6]:
 6 * 2^6 = 384 <= 448 at the top, 0.5 * 2^-8 = 2^-9 (e4m3's smallest subnormal) at the bottom,
-and e2m1's two significant bits fit e4m3's subnormals from 2^-9 on. So for a weight row whose
-nonzero blocks' scale exponents e_b all lie within 14 of each other, a reference exponent
-E_ref = max_b e_b - 6 turns every block into e4m3 codes of e2m1 * 2^(e_b - E_ref) with no
-rounding; the GEMM then multiplies by 2^E_ref once per row, and only the activations' scale is
-applied per 32-K block. A row outside the window (an outlier block 2^15 above another, or a NaN
-scale, which no e4m3 code can carry) is not foldable: the fold route must not re-quantize it --
-the weight goes to the exact bf16 route instead.
+and e2m1's two significant bits fit e4m3's subnormals from 2^-9 on. The fold route converts a
+warp's A fragment -- 16 weight rows (a strip) of one 32-K block -- with one reference exponent
+R = max over the strip's nonzero rows of e_row - 6, turning every row's block into e4m3 codes of
+e2m1 * 2^(e_row - R) with no rounding, and applies 2^R together with the activation's block scale
+in the per-block promotion it already does (one FFMA per accumulator element). A (strip, block)
+whose rows' exponents span more than 14 (or that holds a NaN scale on a nonzero block, which no
+e4m3 code can carry) is out of the window: the fold route must not re-quantize it -- the weight
+goes to the exact bf16 route instead.
 
     from persistent_gemm.fold import fold_plan
-    plan = fold_plan(wq, ws)               # the (N, K/2) e2m1 weight and its (N, K/32) scales
-    plan.foldable, plan.rows_out_of_window, plan.ref_exponent[:4]
+    plan = fold_plan(wq, ws)          # the (N, K/2) e2m1 weight and its (N, K/32) scales
+    plan.foldable, plan.blocks_out_of_window, plan.ref_exponent.shape   # (ceil(N/16), K/32)
 
-Blocks whose e2m1 codes are all +-0 contribute nothing and are left out of a row's span (their
+Blocks whose e2m1 codes are all +-0 contribute nothing and are left out of a strip's span (their
 scale is arbitrary in quantize_mxfp4's output for all-zero blocks).
 """
 
@@ -27,21 +29,24 @@ import torch
 
 from .quant import MX_BLOCK
 
-__all__ = ["FOLD_WINDOW", "FoldPlan", "fold_plan"]
+__all__ = ["FOLD_WINDOW", "STRIP_ROWS", "FoldPlan", "fold_plan"]
 
 #: Shifts j for which every e2m1 value times 2^j is exactly representable in e4m3.
 FOLD_WINDOW = (-8, 6)
+#: Weight rows sharing one reference exponent per block: one warp's rows of the A fragment
+#: (m16 of mma.sync, a warp's 16 of wgmma's 64).
+STRIP_ROWS = 16
 _E8M0_BIAS = 127
 _E8M0_NAN = 255
 
 
 @dataclass(frozen=True)
 class FoldPlan:
-    """Per weight row: the reference exponent and whether the row's blocks fit the window.
+    """Per (16-row strip, 32-K block): the reference exponent and whether the strip's rows fit
+    the window there. All three are (ceil(N/16), blocks) int32 / bool.
 
-    ``ref_exponent`` (N,) int32: E_ref (an all-zero row gets 0); ``in_window`` (N,) bool;
-    ``span`` (N,) int32: max - min of the row's nonzero blocks' exponents (0 for a row with at
-    most one nonzero block; -1 for a row with a NaN scale on a nonzero block)."""
+    ``ref_exponent``: R (0 where the strip's block is all zeros); ``in_window``; ``span``: max - min
+    of the nonzero rows' exponents (0 for at most one; -1 where a nonzero block has a NaN scale)."""
 
     ref_exponent: torch.Tensor
     in_window: torch.Tensor
@@ -49,18 +54,22 @@ class FoldPlan:
 
     @property
     def foldable(self) -> bool:
-        """Every row fits: the fold route may serve this weight exactly."""
+        """Every (strip, block) fits: the fold route may serve this weight exactly."""
         return bool(self.in_window.all())
 
     @property
-    def rows_out_of_window(self) -> int:
+    def blocks_out_of_window(self) -> int:
         return int((~self.in_window).sum())
 
     def shifts(self, scale: torch.Tensor) -> torch.Tensor:
-        """(N, blocks) int32: j = e_b - E_ref per block, the exponent the conversion adds
-        (inside FOLD_WINDOW for every nonzero block of an in-window row)."""
+        """(N, blocks) int32: j = e - R per row and block, the exponent the conversion adds
+        (inside FOLD_WINDOW for every nonzero block of an in-window strip)."""
         e = scale.view(torch.uint8).to(torch.int32) - _E8M0_BIAS
-        return e - self.ref_exponent[:, None]
+        return e - self.ref_exponent.repeat_interleave(STRIP_ROWS, dim=0)[: e.shape[0]]
+
+    def row_ref_exponent(self, n: int) -> torch.Tensor:
+        """(N, blocks) int32: each row's strip reference, the factor 2^R a row's block carries."""
+        return self.ref_exponent.repeat_interleave(STRIP_ROWS, dim=0)[:n]
 
 
 def _check(wq: torch.Tensor, ws: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,13 +106,22 @@ def fold_plan(wq: torch.Tensor, ws: torch.Tensor) -> FoldPlan:
     nonzero = mag.view(n, blocks, MX_BLOCK // 2).any(dim=2)
     e = scale.to(torch.int32) - _E8M0_BIAS
     nan = (scale == _E8M0_NAN) & nonzero
+    # Pad N to whole strips with all-zero rows (they contribute nothing), then reduce per strip.
+    strips = -(-n // STRIP_ROWS)
+    rpad = strips * STRIP_ROWS - n
+    if rpad:
+        nonzero = torch.nn.functional.pad(nonzero, (0, 0, 0, rpad))
+        e = torch.nn.functional.pad(e, (0, 0, 0, rpad))
+        nan = torch.nn.functional.pad(nan, (0, 0, 0, rpad))
+    nonzero = nonzero.view(strips, STRIP_ROWS, blocks)
+    e = e.view(strips, STRIP_ROWS, blocks)
     big, small = torch.iinfo(torch.int32).max, torch.iinfo(torch.int32).min
     hi = torch.where(nonzero, e, torch.full_like(e, small)).amax(dim=1)
     lo = torch.where(nonzero, e, torch.full_like(e, big)).amin(dim=1)
     any_nonzero = nonzero.any(dim=1)
     span = torch.where(any_nonzero, hi - lo, torch.zeros_like(hi))
     ref = torch.where(any_nonzero, hi - FOLD_WINDOW[1], torch.zeros_like(hi))
-    has_nan = nan.any(dim=1)
+    has_nan = nan.view(strips, STRIP_ROWS, blocks).any(dim=1)
     span = torch.where(has_nan, torch.full_like(span, -1), span)
     in_window = ~has_nan & (span <= FOLD_WINDOW[1] - FOLD_WINDOW[0])
     return FoldPlan(ref_exponent=ref.to(torch.int32), in_window=in_window, span=span.to(torch.int32))

@@ -65,7 +65,7 @@ class PreparedWeight:
         return dequantize_mxfp8(wq, ws) if self.fmt == "mxfp8" else dequantize_mxfp4(wq, ws)
 
     def fold_plan(self) -> "FoldPlan":
-        """fmt="fp4": each row's exact-fold window (persistent_gemm.fold), read from the prepared
+        """fmt="fp4": the exact-fold window of each (16-row strip, block) (persistent_gemm.fold), read from the prepared
         bytes when asked -- groundwork for the FP8xFP4 fold route (issue 22), which no kernel
         takes yet, so nothing computes it at load time."""
         if self.fmt != "fp4":
