@@ -115,3 +115,28 @@ def test_partial_m_tile_is_padded_when_zero_fill_costs_more():
                           config="sm90a_e4m3_64x64x128_c1x2_sw8_row_pp").pad_m
     # A column-major A has no K-major variant to pad into on the narrow tiles.
     assert not pg.explain(1, 8192, 8192, layout="cc").pad_m
+
+
+@pytest.mark.parametrize("dtype", ["mxfp8", "e4m3xe2m1"])
+def test_mx_prefill_takes_the_bf16_route_and_says_why(dtype):
+    # Issue 22's H200 rows (benchmarks/results/issue22/h200_issue22_prefill.md): at 8192^3 the bf16
+    # route ran 1833 / 1761 us, the promoting 128x128 kernels 3218 / 3598 us.
+    for m in (2048, 8192):
+        d = pg.explain(m, 8192, 8192, dtype=dtype)
+        c = cfg(d.config)
+        assert c.route == "bf16" and c.swap_ab and d.swap_ab, (m, d.config)
+        assert "MX bf16 route" in d.log[0] and "no per-32" in d.log[0]
+        alternatives = [line for line in d.log if line.startswith("alternative ")]
+        assert alternatives and all("estimate" in line and " us" in line for line in alternatives)
+    route = pg.explain(8192, 8192, 8192, dtype=dtype).estimate_us
+    promote = next(c.name for c in pg.CATALOGUE if c.dtype == dtype and c.arch == "sm90a" and c.route == "promote"
+                   and c.tile == (128, 128, 128))
+    promoted = pg.explain(8192, 8192, 8192, dtype=dtype, config=promote).estimate_us
+    assert 1500 < route < 2200, route        # measured 1761-1833 us
+    assert 2500 < promoted < 4500, promoted  # measured 3218-3598 us
+
+
+@pytest.mark.parametrize("dtype", ["mxfp8", "e4m3xe2m1"])
+def test_mx_decode_keeps_the_gemv(dtype):
+    for m in (1, 16, 64):
+        assert cfg(pg.explain(m, 8192, 8192, dtype=dtype).config).kernel == "gemv", m
