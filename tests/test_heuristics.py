@@ -138,5 +138,7 @@ def test_mx_prefill_takes_the_bf16_route_and_says_why(dtype):
 
 @pytest.mark.parametrize("dtype", ["mxfp8", "e4m3xe2m1"])
 def test_mx_decode_keeps_the_gemv(dtype):
-    for m in (1, 16, 64):
+    # (At M = 64 the GEMV and the 64x64 promoting tile are within a few percent, measured and
+    # modelled: not pinned.)
+    for m in (1, 16):
         assert cfg(pg.explain(m, 8192, 8192, dtype=dtype).config).kernel == "gemv", m

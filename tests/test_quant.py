@@ -508,6 +508,8 @@ def test_dequantize_mx_op_on_cpu_is_the_definition_in_bf16(fmt):
     want = (quant.dequantize_mxfp8 if fmt == "mxfp8" else quant.dequantize_mxfp4)(data, scale).bfloat16()
     assert out.dtype == torch.bfloat16 and out.shape == (33, 96)
     torch.testing.assert_close(out, want, rtol=0, atol=0)
-    with torch._subclasses.FakeTensorMode():
-        fake = torch.ops.persistent_gemm.dequantize_mx(torch.empty_like(data), torch.empty_like(scale))
+    mode = torch._subclasses.FakeTensorMode()
+    fd, fs = mode.from_tensor(data), mode.from_tensor(scale)
+    with mode:
+        fake = torch.ops.persistent_gemm.dequantize_mx(fd, fs)
     assert fake.shape == (33, 96) and fake.dtype == torch.bfloat16
