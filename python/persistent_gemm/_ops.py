@@ -71,8 +71,24 @@ def _result(a: torch.Tensor, n, out_dtype: torch.dtype, bias: Optional[torch.Ten
     return a.new_empty((a.shape[0], n), dtype=out_dtype)
 
 
+def _check_devices(op: str, **tensors) -> None:
+    """Every given tensor on ``a``'s device. The fakes are also the ops' Meta kernels, which the
+    dispatcher runs whenever any operand is on the meta device, so a real CPU/CUDA operand beside
+    a meta one lands here: without this check the op would hand back an uninitialised tensor on
+    the real operand's device (values like -7e21, no error)."""
+    first_name, first = next((n, t) for n, t in tensors.items() if t is not None)
+    for name, t in tensors.items():
+        if t is not None and t.device != first.device:
+            hint = (" (a model loaded on the meta device must be materialised first, e.g. "
+                    "model.to_empty(device=...) and then its weights loaded)"
+                    if "meta" in (t.device.type, first.device.type) else "")
+            raise ValueError(f"persistent_gemm.{op}: {name} is on {t.device} but {first_name} is on {first.device}; "
+                             f"all operands must be on one device{hint}")
+
+
 @torch.library.register_fake(f"{_LIB}::mm")
 def _mm_fake(a, b, out_dtype=None, config=None, bias=None, alpha=1.0, beta=1.0):
+    _check_devices("mm", a=a, b=b, bias=bias)
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype in (torch.bfloat16, torch.float16), lambda: f"a must be bfloat16 or float16, got {a.dtype}")
@@ -105,6 +121,7 @@ def _mm_vmap(info, in_dims, a, b, out_dtype=None, config=None, bias=None, alpha=
 @torch.library.register_fake(f"{_LIB}::scaled_mm")
 def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype=None, use_fast_accum=False, config=None, bias=None,
                     alpha=1.0, beta=1.0):
+    _check_devices("scaled_mm", a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias)
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype == torch.float8_e4m3fn and b.dtype == torch.float8_e4m3fn,
@@ -118,6 +135,7 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype=None, use_fast_accum=False
 @torch.library.register_fake(f"{_LIB}::mxfp8_mm")
 def _mxfp8_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain", config=None, b_scale_layout=None,
                    bias=None):
+    _check_devices("mxfp8_mm", a=a, a_scale=a_scale, b=b, b_scale=b_scale, bias=bias)
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype == torch.float8_e4m3fn and b.dtype == torch.float8_e4m3fn,
@@ -131,6 +149,7 @@ def _mxfp8_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain",
 @torch.library.register_fake(f"{_LIB}::fp8_fp4_mm")
 def _fp8_fp4_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain", config=None,
                      b_scale_layout=None, bias=None):
+    _check_devices("fp8_fp4_mm", a=a, a_scale=a_scale, b=b, b_scale=b_scale, bias=bias)
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype == torch.float8_e4m3fn, lambda: f"a must be float8_e4m3fn, got {a.dtype}")
@@ -153,6 +172,7 @@ def _dequantize_mx_cpu(data, scale):
 
 @torch.library.register_fake(f"{_LIB}::dequantize_mx")
 def _dequantize_mx_fake(data, scale):
+    _check_devices("dequantize_mx", data=data, scale=scale)
     k = data.shape[1] * (2 if data.dtype == torch.float4_e2m1fn_x2 else 1)
     return data.new_empty((data.shape[0], k), dtype=torch.bfloat16)
 

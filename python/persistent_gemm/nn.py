@@ -18,7 +18,12 @@ fp8_fp4    e2m1 + e8m0 per 1x32, blocked scales ``quantize_mxfp8`` (``fp8_fp4_mm
 ========== ==================================== ============================================
 
 Inputs may have any leading dims (``(..., in_features)``). The output has the input's dtype
-when that is float32, else the compute dtype (bf16). The bias goes to the op, which adds it in
+(bf16, fp16 or fp32: an fp16 model stays fp16 after the swap), computed in the layer's compute
+dtype (bf16 for the quantized formats) and rounded once. ``model.half()``, ``.float()``,
+``.to(dtype)`` and ``.to(device)`` after the swap move the quantized buffers to the new device but
+never cast them (they are the weight's MX / fp8 bytes); only the bias and a ``bf16``-format
+weight follow a cast between 16-bit dtypes. A model on the meta device (``init_empty_weights``-
+style loading) cannot be quantized: its weights have no values yet -- materialise it first. The bias goes to the op, which adds it in
 the kernel's epilogue (SM90; one rounding). The quantized formats are for inference: an input that
 requires grad is refused by the op with a message saying so. Train with ``"bf16"``, whose
 backward runs through ``mm`` too.
@@ -100,9 +105,13 @@ class Linear(torch.nn.Module):
             qconfig = QuantConfig(qconfig)
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"linear must be a torch.nn.Linear, got {type(linear).__name__}")
-        m = cls(linear.in_features, linear.out_features, qconfig, bias=linear.bias is not None)
         w = linear.weight.detach()
         fmt = qconfig.format
+        if w.device.type == "meta" and fmt != "bf16":
+            raise ValueError(f"cannot quantize a weight on the meta device to format={fmt!r}: it has no values "
+                             "yet. Materialise the model first (load its checkpoint, or model.to_empty(device=...) "
+                             "then load_state_dict), then quantize")
+        m = cls(linear.in_features, linear.out_features, qconfig, bias=linear.bias is not None)
         if fmt == "bf16":
             dtype = w.dtype if w.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
             m.weight = torch.nn.Parameter(w.to(dtype), requires_grad=linear.weight.requires_grad)
@@ -122,7 +131,29 @@ class Linear(torch.nn.Module):
         return m
 
     def _out_dtype(self, x: torch.Tensor, compute: torch.dtype) -> torch.dtype:
-        return torch.float32 if x.dtype == torch.float32 else compute
+        return x.dtype if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else compute
+
+    # The quantized bytes (and a bf16-format weight's 16-bit dtype) are what the op reads: a
+    # model-wide cast (.half(), .float(), .to(dtype)) must not convert them -- it would turn e4m3
+    # codes into fp16 numbers and the next forward would blame `b`. Device moves still apply.
+    _QUANTIZED = ("weight_q", "weight_scale")
+
+    def _apply(self, fn, recurse=True):
+        # The quantized buffers leave the table while fn runs (a cast such as .float() is not even
+        # defined for float4 bytes); they follow the device a probe tensor is sent to.
+        keep = {name: self._buffers.pop(name) for name in self._QUANTIZED if self._buffers.get(name) is not None}
+        weight = self._parameters.get("weight")
+        old = weight.data if weight is not None else None
+        try:
+            out = super()._apply(fn, recurse)
+        finally:
+            if keep:
+                device = fn(torch.empty(0, device=next(iter(keep.values())).device)).device
+                for name, t in keep.items():
+                    self._buffers[name] = t.to(device)
+        if old is not None and self.weight.dtype not in (torch.bfloat16, torch.float16):
+            self.weight.data = old.to(self.weight.device)
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:

@@ -1,0 +1,56 @@
+"""Operands split between the meta device and a real one are refused with both devices named
+(issue 23: the dispatcher runs an op's Meta kernel -- our fake -- whenever any operand is on
+meta, and the fake used to return an uninitialised tensor on the real operand's device); operands
+all on meta still give meta results of the right shape (shape propagation, torch.compile)."""
+
+import pytest
+import torch
+
+import persistent_gemm as pg
+
+pytestmark = pytest.mark.skipif(not pg.extension_available(), reason="needs the built extension (the ops' schemas)")
+
+
+def _operands():
+    a16, b16 = torch.randn(4, 64).bfloat16(), torch.randn(64, 3).bfloat16()
+    a8, b8 = torch.randn(4, 64).to(torch.float8_e4m3fn), torch.randn(3, 64).to(torch.float8_e4m3fn).t()
+    xq, xs = pg.quantize_mxfp8(torch.randn(4, 64))
+    wq8, ws8 = pg.quantize_mxfp8(torch.randn(3, 64))
+    wq4, ws4 = pg.quantize_mxfp4(torch.randn(3, 64))
+    return {
+        "mm": (torch.ops.persistent_gemm.mm.default, dict(a=a16, b=b16)),
+        "scaled_mm": (torch.ops.persistent_gemm.scaled_mm.default,
+                      dict(a=a8, b=b8, scale_a=torch.tensor(1.0), scale_b=torch.tensor(1.0))),
+        "mxfp8_mm": (torch.ops.persistent_gemm.mxfp8_mm.default, dict(a=xq, a_scale=xs, b=wq8.t(), b_scale=ws8)),
+        "fp8_fp4_mm": (torch.ops.persistent_gemm.fp8_fp4_mm.default, dict(a=xq, a_scale=xs, b=wq4.t(), b_scale=ws4)),
+        "dequantize_mx": (torch.ops.persistent_gemm.dequantize_mx.default, dict(data=wq8, scale=ws8)),
+    }
+
+
+CASES = [(op, arg) for op, (_, args) in _operands().items() for arg in args if arg != next(iter(args))]
+
+
+@pytest.mark.parametrize("op, arg", CASES, ids=[f"{o}-{a}" for o, a in CASES])
+def test_a_meta_operand_beside_cpu_ones_is_refused(op, arg):
+    fn, args = _operands()[op]
+    first = next(iter(args))
+    args = dict(args, **{arg: args[arg].to("meta")})
+    with pytest.raises(ValueError, match=rf"{op}: {arg} is on meta but {first} is on cpu.*materialised"):
+        fn(*args.values())
+
+
+@pytest.mark.parametrize("op", list(_operands()))
+def test_all_meta_operands_give_meta_results(op):
+    fn, args = _operands()[op]
+    out = fn(*(t.to("meta") for t in args.values()))
+    want = fn(*args.values())
+    assert out.device.type == "meta" and out.shape == want.shape and out.dtype == want.dtype
+
+
+def test_the_typed_wrappers_refuse_too():
+    xq, xs = pg.quantize_mxfp8(torch.randn(4, 64))
+    wq, ws = pg.quantize_mxfp8(torch.randn(3, 64))
+    with pytest.raises(ValueError, match="b is on meta but a is on cpu"):
+        pg.mxfp8_mm(xq, xs, wq.t().to("meta"), ws)
+    with pytest.raises(ValueError, match="a is on meta|b is on cpu but a is on meta"):
+        pg.mm(torch.randn(4, 8).bfloat16().to("meta"), torch.randn(8, 3).bfloat16())

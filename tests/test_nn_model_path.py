@@ -1,0 +1,108 @@
+"""CPU tests of the model path a user walks after quantize_ (issue 23): an fp16 model stays fp16,
+model-wide casts and device moves keep the quantized bytes, state_dict round-trips, and a model
+on the meta device is refused at quantize time instead of producing garbage."""
+
+import copy
+import io
+
+import pytest
+import torch
+from test_nn import Block
+
+import persistent_gemm as pg
+
+pytestmark = pytest.mark.skipif(not pg.extension_available(), reason="needs the compiled extension")
+
+FORMATS = pg.nn.FORMATS
+QUANTIZED = [f for f in FORMATS if f != "bf16"]
+
+
+class MLP(torch.nn.Module):
+    """Linears only, so every parameter the casts touch belongs to a swapped layer."""
+
+    def __init__(self, seed=0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.up, self.down = torch.nn.Linear(64, 128), torch.nn.Linear(128, 96)
+        for p in self.parameters():
+            p.data = torch.randn(p.shape, generator=g) * 0.1
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+@pytest.fixture(autouse=True)
+def _inference():
+    # The quantized formats are for inference (their ops refuse inputs that require grad).
+    with torch.no_grad():
+        yield
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_fp16_model_stays_fp16_end_to_end(fmt):
+    ref = Block().half()
+    model = pg.nn.quantize_(copy.deepcopy(ref), fmt)
+    x = torch.randn(2, 5, 64, generator=torch.Generator().manual_seed(1)).half()
+    y = model(x)
+    assert y.dtype == torch.float16 and torch.isfinite(y).all()
+    want = ref.float()(x.float())
+    assert ((y.float() - want).norm() / want.norm()).item() < (0.02 if fmt == "bf16" else 0.25)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_output_has_the_input_dtype(dtype):
+    model = pg.nn.quantize_(Block(), "mxfp8")
+    assert model(torch.randn(3, 64).to(dtype)).dtype == dtype
+
+
+@pytest.mark.parametrize("fmt", QUANTIZED)
+@pytest.mark.parametrize("cast", ["half", "float", "bfloat16", "to_dtype", "to_cpu"])
+def test_casts_after_quantize_keep_the_quantized_bytes(fmt, cast):
+    model = pg.nn.quantize_(MLP(), fmt)
+    before = {n: b.clone() for n, b in model.named_buffers()}
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(2)).bfloat16()
+    y0 = model(x)
+    apply = {"half": lambda m: m.half(), "float": lambda m: m.float(), "bfloat16": lambda m: m.bfloat16(),
+             "to_dtype": lambda m: m.to(torch.float16), "to_cpu": lambda m: m.to("cpu")}[cast]
+    model = apply(model)
+    for n, b in model.named_buffers():
+        assert b.dtype == before[n].dtype and torch.equal(b.view(torch.uint8), before[n].view(torch.uint8)), n
+    y1 = model(x)
+    assert y1.dtype == torch.bfloat16
+    if cast in ("float", "bfloat16", "to_cpu"):  # the bias round-trips through fp32 / bf16 exactly
+        torch.testing.assert_close(y1, y0, rtol=0, atol=0)
+    else:  # a bf16 bias cast to fp16 rounds; the rest is the same computation
+        torch.testing.assert_close(y1, y0, rtol=2e-2, atol=2e-2)
+
+
+def test_a_bf16_format_weight_keeps_a_16_bit_dtype():
+    model = pg.nn.quantize_(MLP(), "bf16").float()
+    assert model.up.weight.dtype == torch.bfloat16
+    assert model(torch.randn(2, 64)).dtype == torch.float32
+    assert pg.nn.quantize_(MLP(), "bf16").half().up.weight.dtype == torch.float16
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_state_dict_round_trips_into_a_fresh_model(fmt):
+    a = pg.nn.quantize_(Block(seed=0), fmt)
+    buf = io.BytesIO()
+    torch.save(a.state_dict(), buf)
+    b = pg.nn.quantize_(Block(seed=1), fmt)  # built the same way, other values
+    b.load_state_dict(torch.load(io.BytesIO(buf.getvalue())))
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(b(x), a(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fmt", QUANTIZED)
+def test_quantizing_a_meta_model_is_refused(fmt):
+    with torch.device("meta"):
+        model = Block()
+    with pytest.raises(ValueError, match=r"up: cannot quantize a weight on the meta device.*Materialise"):
+        pg.nn.quantize_(model, fmt)
+
+
+def test_a_bf16_meta_model_refuses_a_real_input_instead_of_returning_garbage():
+    with torch.device("meta"):
+        model = pg.nn.quantize_(MLP(), "bf16")
+    with pytest.raises(ValueError, match="is on meta but a is on cpu"):
+        model(torch.randn(2, 64))
