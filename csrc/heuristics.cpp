@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 #include <algorithm>
+#include <vector>
 #include <cstring>
 #include <map>
 #include <set>
@@ -284,7 +285,11 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
   best_est.us = 1e300;
   std::map<std::string, std::string> rejected;  // config -> first reason (explain only)
   std::set<std::string> fitting;                // configs with at least one usable variant
-  std::map<std::string, double> alternatives;   // config -> its best variant's estimate (explain only)
+  struct Alternative {
+    int passes;
+    double us;
+  };
+  std::map<std::string, Alternative> alternatives;  // config -> its best variant (explain only)
   auto reject = [&](char const* config, std::string why) {
     if (explain) rejected.emplace(config, std::move(why));
   };
@@ -302,6 +307,12 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
     if (!r.config && e.swap_ab && e.scale_mode != ScaleMode::Block32 && r.m > 4 * int64_t(e.geometry.tile_n)) {
       reject(e.config, "swap-AB decode kernel: M = " + std::to_string(r.m) + " exceeds " +
                            std::to_string(4 * e.geometry.tile_n) + " tokens");
+      continue;
+    }
+    // Before the scale mode: a config's variants differ in scale mode, not in accumulation, so
+    // this is the reason that holds for all of them (the first reason per config is the one shown).
+    if (e.fast_accum && !r.fast_accum) {
+      reject(e.config, "accumulates fast (reduced precision); use_fast_accum=False asks for promoted fp32 sums");
       continue;
     }
     if (e.scale_mode != r.scale) {
@@ -322,10 +333,6 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
         continue;
       }
     }
-    if (e.fast_accum && !r.fast_accum) {
-      reject(e.config, "accumulates fast (reduced precision); use_fast_accum=False asks for promoted fp32 sums");
-      continue;
-    }
     Choice c;
     int const cost = adaptation_cost(e, r, &c);
     if (cost < 0) {
@@ -344,8 +351,9 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
       if (c.pad_m) est = padded;
     }
     if (explain) {
-      auto const [it, fresh] = alternatives.emplace(e.config, est.us);
-      if (!fresh) it->second = std::min(it->second, est.us);
+      auto const [it, fresh] = alternatives.emplace(e.config, Alternative{cost, est.us});
+      Alternative& a = it->second;
+      if (!fresh && (cost < a.passes || (cost == a.passes && est.us < a.us))) a = {cost, est.us};
     }
     // Fewest extra passes first; among equals, the fastest estimate.
     if (cost < best_cost || (cost == best_cost && est.us < best_est.us)) {
@@ -388,13 +396,25 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                             : "") +
                        (e.tma_store ? "" : ", predicated stores"));
   }
-  if (explain && best.entry)
-    for (auto const& [name, us] : alternatives)
-      if (name != best.entry->config) {
-        char line[160];
-        std::snprintf(line, sizeof(line), ": estimate %.1f us", us);
-        best.log.push_back("alternative " + name + line);
-      }
+  if (explain && best.entry) {
+    // The other eligible configs, fastest first, each with the reason it lost.
+    std::vector<std::pair<std::string, Alternative>> ranked;
+    for (auto const& [name, a] : alternatives)
+      if (name != best.entry->config) ranked.emplace_back(name, a);
+    std::sort(ranked.begin(), ranked.end(), [](auto const& x, auto const& y) {
+      return x.second.passes != y.second.passes ? x.second.passes < y.second.passes : x.second.us < y.second.us;
+    });
+    for (auto const& [name, a] : ranked) {
+      char line[200];
+      if (a.passes > best_cost)
+        std::snprintf(line, sizeof(line), ": estimate %.1f us; lost on extra passes (%d, the choice %d)", a.us,
+                      a.passes, best_cost);
+      else
+        std::snprintf(line, sizeof(line), ": estimate %.1f us; lost on the estimate (the choice %.1f us)", a.us,
+                      best_est.us);
+      best.log.push_back("alternative " + name + line);
+    }
+  }
   best.tuned = tuned_pick.has_value();
   if (explain && tuned_pick)
     best.log.insert(best.log.begin(), "tuned: " + *tuned_pick + " won persistent_gemm.tune for this problem on this arch "
@@ -402,8 +422,20 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
   if (!table.cost.measured)
     best.log.push_back(std::string("cost model: ") + table.arch +
                        " constants are published peaks, not measured by this project (archs.py)");
-  for (auto const& [name, reason] : rejected)
-    if (!fitting.count(name)) best.log.push_back("rejected " + name + ": " + reason);
+  // Configs for other operand dtypes fold into one line per dtype; every other reason is per config.
+  std::map<std::string, std::vector<std::string>> other_operands;  // reason -> configs
+  for (auto const& [name, reason] : rejected) {
+    if (fitting.count(name)) continue;
+    if (reason.rfind("operands are ", 0) == 0)
+      other_operands[reason].push_back(name);
+    else
+      best.log.push_back("rejected " + name + ": " + reason);
+  }
+  for (auto const& [reason, names] : other_operands) {
+    std::string list;
+    for (auto const& n : names) list += (list.empty() ? "" : ", ") + n;
+    best.log.push_back("rejected " + std::to_string(names.size()) + " config(s), " + reason + ": " + list);
+  }
   if (!best.entry) {
     // One line per built config: its operand dtype and the output dtypes its variants write.
     std::map<std::string, std::string> writes;  // config -> "e4m3 -> bf16 fp32"

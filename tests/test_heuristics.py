@@ -142,3 +142,24 @@ def test_mx_decode_keeps_the_gemv(dtype):
     # modelled: not pinned.)
     for m in (1, 16):
         assert cfg(pg.explain(m, 8192, 8192, dtype=dtype).config).kernel == "gemv", m
+
+
+def test_explain_ranks_the_eligible_kernels_and_says_why_each_lost():
+    # Issue 23 (newcomer report #8): the other eligible kernels with their estimates, fastest
+    # first, each with the reason it lost; other dtypes' configs folded into one line per dtype.
+    d = pg.explain(4096, 4096, 4096)
+    alts = [line for line in d.log if line.startswith("alternative ")]
+    assert {line.split(":")[0].split()[1] for line in alts} >= {c for c in names("bf16") if "_pp" in c
+                                                                 and "swapab" not in c} - {d.config}
+    est = [float(line.split("estimate ")[1].split(" us")[0]) for line in alts if "lost on the estimate" in line]
+    assert est == sorted(est) and all(e >= d.estimate_us for e in est)
+    other = [line for line in d.log if "operands are" in line]
+    assert len(other) == len({line.split("operands are ")[1].split(":")[0] for line in other})
+    assert all(line.startswith("rejected ") and " config(s), operands are " in line for line in other)
+
+
+def test_fast_accumulation_kernels_are_rejected_for_their_accumulation_not_their_scales():
+    for scale in ("row", "tensor"):
+        d = pg.explain(4096, 4096, 4096, dtype="e4m3", scale=scale)
+        fast = [line for line in d.log if line.startswith("rejected ") and "_fastacc" in line.split(":")[0]]
+        assert fast and all("use_fast_accum=False asks for promoted" in line for line in fast), scale
