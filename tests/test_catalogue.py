@@ -182,8 +182,8 @@ def test_invalid_configs_raise_config_error_with_reason(kwargs, match):
     assert issubclass(ConfigError, ValueError)
 
 
-def test_lookup_unknown_name_lists_the_catalogue():
-    with pytest.raises(ConfigError, match=r"unknown config 'nope'; the catalogue has: .*sm90a_bf16_128x256x64_c2x1_sw8_row_coop"):
+def test_lookup_unknown_name_counts_the_catalogue():
+    with pytest.raises(ConfigError, match=r"unknown config 'nope'; the catalogue has \d+ configs"):
         lookup("nope")
 
 
@@ -207,3 +207,15 @@ def test_bf16_route_configs_name_their_route():
         assert c.tile[2] == 64 and c.swap_ab
     plain = KernelConfig(tile=(128, 256, 64), dtype="mxfp8", swap_ab=True, route="bf16")
     assert KernelConfig.from_name(plain.name).route == "bf16"
+
+
+def test_an_unknown_name_says_which_are_closest():
+    # newcomer report #12: a did-you-mean, not the whole catalogue
+    from persistent_gemm.catalogue import lookup
+    from persistent_gemm.jit import resolve
+
+    typo = "sm90a_bf16_128x256x64_c2x1_sw8_row_cooperative"
+    for f in (lookup, resolve):
+        with pytest.raises(ConfigError, match=r"did you mean 'sm90a_bf16_128x256x64_c2x1_sw8_row_coop'") as e:
+            f(typo)
+        assert str(e.value).count("sm90a_") < 6, "the whole catalogue is listed again"

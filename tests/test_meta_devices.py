@@ -54,3 +54,17 @@ def test_the_typed_wrappers_refuse_too():
         pg.mxfp8_mm(xq, xs, wq.t().to("meta"), ws)
     with pytest.raises(ValueError, match="a is on meta|b is on cpu but a is on meta"):
         pg.mm(torch.randn(4, 8).bfloat16().to("meta"), torch.randn(8, 3).bfloat16())
+
+
+def test_wrong_python_types_get_a_typeerror_naming_the_argument():
+    # newcomer report #13: not the schema parser's C++ types
+    a16, b16 = torch.randn(4, 64).bfloat16(), torch.randn(64, 3).bfloat16()
+    with pytest.raises(TypeError, match=r"mm: out_dtype must be a torch.dtype .*got 'bf16'"):
+        pg.mm(a16, b16, out_dtype="bf16")
+    a8, b8 = a16.to(torch.float8_e4m3fn), b16.to(torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match=r"scaled_mm: scale_a must be a torch.Tensor, got float"):
+        pg.scaled_mm(a8, b8, 1.0, 1.0)
+    xq, xs = pg.quantize_mxfp8(torch.randn(4, 64))
+    wq, ws = pg.quantize_mxfp8(torch.randn(3, 64))
+    with pytest.raises(TypeError, match=r"mxfp8_mm: bias must be a torch.Tensor or None, got list"):
+        pg.mxfp8_mm(xq, xs, wq.t(), ws, bias=[0.0, 0.0, 0.0])

@@ -106,3 +106,12 @@ def test_a_bf16_meta_model_refuses_a_real_input_instead_of_returning_garbage():
         model = pg.nn.quantize_(MLP(), "bf16")
     with pytest.raises(ValueError, match="is on meta but a is on cpu"):
         model(torch.randn(2, 64))
+
+
+def test_quantize_warns_when_nothing_is_swapped():
+    # newcomer report #16: a second quantize_ (or a filter matching nothing) is not silent
+    model = pg.nn.quantize_(MLP(), "mxfp8")
+    with pytest.warns(UserWarning, match=r"no torch.nn.Linear matched.*already has 2 persistent_gemm Linear\(s\) \(mxfp8\)"):
+        pg.nn.quantize_(model, "fp8_rowwise")
+    with pytest.warns(UserWarning, match="no torch.nn.Linear matched the filter_fn"):
+        pg.nn.quantize_(MLP(), "mxfp8", filter_fn=lambda m, fqn: False)

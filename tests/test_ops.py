@@ -262,7 +262,7 @@ def test_mm_bad_out_dtype_and_config():
     a, b = torch.randn(4, 8, dtype=BF), torch.randn(8, 3, dtype=BF)
     with pytest.raises(TypeError, match="out_dtype must be"):
         pg.mm(a, b, out_dtype=torch.int32)
-    with pytest.raises(ValueError, match="(?s)unknown config 'nope'.*sm90a_bf16"):
+    with pytest.raises(ValueError, match=r"(?s)unknown config 'nope'.*the catalogue has \d+ configs"):
         pg.mm(a, b, config="nope")
     fp8_name = next(c.name for c in pg.CATALOGUE if c.dtype == "e4m3")
     with pytest.raises(ValueError, match="is a e4m3 kernel"):

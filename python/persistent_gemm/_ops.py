@@ -191,6 +191,18 @@ def _quantize_mxfp8_fake(x, rule="floor"):
 ConfigArg = Union[str, "KernelConfig", None]
 
 
+def _check_types(op: str, out_dtype, bias, **tensors) -> None:
+    """Python types before the schema parser sees them (its messages name C++ types)."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"persistent_gemm.{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"persistent_gemm.{op}: out_dtype must be a torch.dtype such as torch.bfloat16 (or None), "
+                        f"got {out_dtype!r}")
+    if bias is not None and not isinstance(bias, torch.Tensor):
+        raise TypeError(f"persistent_gemm.{op}: bias must be a torch.Tensor or None, got {type(bias).__name__}")
+
+
 def _config(config: ConfigArg, op: str, family: str, device: torch.device) -> Optional[str]:
     """``config=`` as the dispatcher's name: a canonical name or a KernelConfig, built or not
     (persistent_gemm.jit compiles a valid spec at first use, after checking that it fits the op,
@@ -218,6 +230,7 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = N
     rounding (on SM90; SM100 kernels add it after, unfused). ``beta == 0`` ignores the bias.
     Differentiable in ``a``, ``b`` and ``bias``: the backward is two ``mm`` calls and a sum.
     """
+    _check_types("mm", out_dtype, bias, a=a, b=b)
     return torch.ops.persistent_gemm.mm.default(
         a, b, out_dtype, _config(config, "mm", "fp16" if a.dtype == torch.float16 else "bf16", a.device),
         bias, float(alpha), float(beta))
@@ -258,6 +271,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     compute-bound shapes, with an error that grows with K (``explain(..., use_fast_accum=True)``
     says which one runs). A forced ``config`` ending in ``_fastacc`` needs ``use_fast_accum=True``.
     """
+    _check_types("scaled_mm", out_dtype, bias, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
     return torch.ops.persistent_gemm.scaled_mm.default(a, b, scale_a, scale_b, out_dtype, use_fast_accum,
                                                        _config(config, "scaled_mm", "e4m3", a.device),
                                                        bias, float(alpha), float(beta))
@@ -296,13 +310,16 @@ def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.
     ``b_scale_layout`` overrides it for ``b_scale`` alone. ``b`` may be a
     :class:`PreparedWeight` (:func:`prepare_weight`), which carries its scales: omit ``b_scale``.
 
-    On SM90 this is one fused kernel: e4m3 wgmma per 32-deep K block, each block's partial sums
-    promoted into fp32 with its two power-of-two scales; plain scales are relaid out to the
-    blocked layout by one small kernel first (a prepared weight skips its half of that). At
-    decode (M <= 64, K % 32 == 0) the dispatcher picks the MX decode GEMV instead: mma.sync per
-    block across every SM (stream-K over weight strips), activation scales read as they come.
+    On SM90 the dispatcher picks one of three fused kernels by shape (``explain`` says which):
+    at prefill the bf16 route (both scales folded exactly into bf16 operands -- the weight in
+    registers, the activations by a pre-pass launch -- and bf16 wgmma over the whole K, no
+    per-block promotion); the promotion route (e4m3 wgmma per 32-deep K block, promoted into
+    fp32 with its two scales); at decode (M <= 64, K % 32 == 0) the MX decode GEMV (mma.sync per
+    block across every SM, stream-K over weight strips). Weight scales are read blocked: plain
+    ones are relaid out per call unless the weight is prepared.
     """
     b, b_scale, b_scale_layout = _weight_args(b, b_scale, b_scale_layout, "mxfp8")
+    _check_types("mxfp8_mm", out_dtype, bias, a=a, a_scale=a_scale, b=b, b_scale=b_scale)
     return torch.ops.persistent_gemm.mxfp8_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout,
                                                       _config(config, "mxfp8_mm", "mxfp8", a.device),
                                                       b_scale_layout, bias)
@@ -321,11 +338,13 @@ def fp8_fp4_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torc
     ``fp8_fp4_mm(a, a_scale, wq.t(), ws)``, or ``fp8_fp4_mm(a, a_scale, prepare_weight(wq, ws, fmt="fp4"))``.
     ``scale_layout``, ``b_scale_layout``: as for :func:`mxfp8_mm`.
 
-    On SM90 the packed weight is streamed as is and converted to exact e4m3 in registers inside
-    the GEMM (the weight is the MMA's register-sourced A operand; D is written transposed): by
-    wgmma at prefill, by the MX decode GEMV (mma.sync, stream-K over weight strips) at M <= 64.
+    On SM90 the packed weight is streamed as is and converted in registers inside the GEMM (the
+    weight is the MMA's register-sourced A operand; D is written transposed): to bf16 with its
+    scale folded by the bf16 route at prefill, to e4m3 by the promotion route, to f16 / e4m3 by
+    the MX decode GEMV (mma.sync, stream-K over weight strips) at M <= 64.
     """
     b, b_scale, b_scale_layout = _weight_args(b, b_scale, b_scale_layout, "fp4")
+    _check_types("fp8_fp4_mm", out_dtype, bias, a=a, a_scale=a_scale, b=b, b_scale=b_scale)
     return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout,
                                                         _config(config, "fp8_fp4_mm", "e4m3xe2m1", a.device),
                                                         b_scale_layout, bias)

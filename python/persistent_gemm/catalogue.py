@@ -501,11 +501,20 @@ def by_name() -> dict[str, KernelConfig]:
     return {c.name: c for c in CATALOGUE}
 
 
+def did_you_mean(name: str, n: int = 3) -> str:
+    """The catalogue names closest to ``name`` (difflib), as a suffix for an error message."""
+    import difflib
+
+    close = difflib.get_close_matches(name, [c.name for c in CATALOGUE], n=n, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
 def lookup(name: str) -> KernelConfig:
-    """The catalogue entry called ``name``; an unknown name lists what exists."""
+    """The catalogue entry called ``name``; an unknown name says which are closest."""
     table = by_name()
     if name not in table:
-        raise ConfigError(f"unknown config {name!r}; the catalogue has: {', '.join(sorted(table))}")
+        raise ConfigError(f"unknown config {name!r}{did_you_mean(name)}; the catalogue has {len(table)} configs "
+                          "(persistent_gemm.CATALOGUE, or python -m persistent_gemm list)")
     return table[name]
 
 

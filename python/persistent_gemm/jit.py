@@ -75,10 +75,11 @@ def resolve(config: Union[str, KernelConfig]) -> KernelConfig:
         try:
             return KernelConfig.from_name(config)
         except ConfigError as e:
-            from .catalogue import CATALOGUE
+            from .catalogue import CATALOGUE, did_you_mean
 
-            names = "".join(f"\n  {c.name}" for c in CATALOGUE)
-            raise ConfigError(f"unknown config {config!r}: {e}; the catalogue has:{names}") from None
+            raise ConfigError(f"unknown config {config!r}: {e}{did_you_mean(config)}; the catalogue has "
+                              f"{len(CATALOGUE)} configs (persistent_gemm.CATALOGUE, or python -m persistent_gemm "
+                              "list)") from None
     raise TypeError(f"config must be a canonical config name (str) or a KernelConfig, got {type(config).__name__}")
 
 

@@ -31,6 +31,7 @@ backward runs through ``mm`` too.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
@@ -202,6 +203,7 @@ def quantize_(model: torch.nn.Module, config: Union[QuantConfig, str] = "bf16",
     if isinstance(model, torch.nn.Linear):
         raise TypeError("quantize_ replaces the Linear children of a model in place; for one layer use "
                         "persistent_gemm.nn.Linear.from_linear(linear, config)")
+    swapped = 0
     for fqn, parent in list(model.named_modules()):
         for name, child in list(parent.named_children()):
             full = f"{fqn}.{name}" if fqn else name
@@ -211,4 +213,12 @@ def quantize_(model: torch.nn.Module, config: Union[QuantConfig, str] = "bf16",
                 setattr(parent, name, Linear.from_linear(child, config))
             except ValueError as e:
                 raise ValueError(f"{full}: {e}") from None
+            swapped += 1
+    if not swapped:
+        ours = [m.qconfig.format for m in model.modules() if isinstance(m, Linear)]
+        already = (f"; the model already has {len(ours)} persistent_gemm Linear(s) ({', '.join(sorted(set(ours)))}): "
+                   "quantize_ swaps torch.nn.Linear only, so swap a fresh copy of the float model" if ours else "")
+        warnings.warn(f"persistent_gemm.nn.quantize_: no torch.nn.Linear matched"
+                      f"{' the filter_fn' if filter_fn is not None else ''}, nothing was swapped{already}",
+                      stacklevel=2)
     return model
