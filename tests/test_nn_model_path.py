@@ -115,3 +115,20 @@ def test_quantize_warns_when_nothing_is_swapped():
         pg.nn.quantize_(model, "fp8_rowwise")
     with pytest.warns(UserWarning, match="no torch.nn.Linear matched the filter_fn"):
         pg.nn.quantize_(MLP(), "mxfp8", filter_fn=lambda m, fqn: False)
+
+
+def test_a_forced_config_goes_through_the_ops_resolution(monkeypatch):
+    # newcomer reports #14 / #15: QuantConfig(config=) is resolved as pg.mm's config= is (a valid
+    # spec would be JIT-compiled on a GPU; on CPU the reference runs, said once per process).
+    from persistent_gemm import jit
+
+    monkeypatch.setattr(jit, "_warned_cpu_config", False)
+    bf16 = next(c.name for c in pg.CATALOGUE if c.dtype == "bf16" and c.arch == "sm90a")
+    model = pg.nn.quantize_(MLP(), pg.nn.QuantConfig("bf16", config=bf16))
+    x = torch.randn(2, 64)
+    with pytest.warns(UserWarning, match="config= selects a GPU kernel; these operands are on cpu"):
+        y = model(x)
+    torch.testing.assert_close(y, pg.nn.quantize_(MLP(), "bf16")(x), rtol=0, atol=0)
+    wrong = pg.nn.quantize_(MLP(), pg.nn.QuantConfig("mxfp8", config=bf16))
+    with pytest.raises(ValueError, match="is a bf16 kernel; (these operands need|this op takes) (a )?mxfp8 kernel"):
+        wrong(x)

@@ -96,6 +96,9 @@ def registered_configs() -> set[str]:
     return _registered
 
 
+_warned_cpu_config = False
+
+
 def runnable(config: Union[str, KernelConfig, None], *, op: str, family: str, device=None) -> Optional[str]:
     """The op path's question: ``config`` as the canonical name the dispatcher knows, making it
     runnable first if it is not (:func:`ensure`). Before anything is compiled, the config must
@@ -104,6 +107,14 @@ def runnable(config: Union[str, KernelConfig, None], *, op: str, family: str, de
     lookup: registered kernels stay registered for the life of the process."""
     if config is None:
         return None
+    global _warned_cpu_config
+    if device is not None and getattr(device, "type", None) != "cuda" and not _warned_cpu_config:
+        _warned_cpu_config = True
+        import warnings
+
+        warnings.warn(f"persistent_gemm.{op}: config= selects a GPU kernel; these operands are on {device}, "
+                      "where the reference implementation runs (the config is checked; nothing is forced). "
+                      "Said once per process.", stacklevel=4)
     if type(config) is str:
         if config in _registered:
             return config
@@ -129,6 +140,7 @@ def runnable(config: Union[str, KernelConfig, None], *, op: str, family: str, de
         # CPU tensors run the reference implementation: nothing to compile. A name C++ knows is
         # passed on (it checks the accumulation mode); another valid spec has nothing to force.
         from .catalogue import by_name
+
 
         return cfg.name if cfg.name in by_name() or cfg.name in registered_configs() else None
     name = ensure(cfg)

@@ -44,6 +44,9 @@ __all__ = ["FORMATS", "QuantConfig", "Linear", "quantize_"]
 
 #: The formats a :class:`Linear` computes in.
 FORMATS = ("bf16", "fp8_rowwise", "mxfp8", "fp8_fp4")
+#: format -> (the op it calls, its kernels' dtype family) for a forced config
+_FORMAT_OP = {"bf16": ("mm", "bf16"), "fp8_rowwise": ("scaled_mm", "e4m3"), "mxfp8": ("mxfp8_mm", "mxfp8"),
+              "fp8_fp4": ("fp8_fp4_mm", "e4m3xe2m1")}
 _E4M3_MAX = 448.0
 #: float32 amax floor of the rowwise scales, so an all-zero row gets a finite scale.
 _TINY = 1e-12
@@ -166,16 +169,26 @@ class Linear(torch.nn.Module):
         compute = self.weight.dtype if q.format == "bf16" else torch.bfloat16
         out_dtype = self._out_dtype(x, compute)
         bias = None if self.bias is None else self.bias.to(out_dtype)  # the op takes D's dtype
+        # A forced config goes through the ops' own resolution, which JIT-compiles a valid spec at
+        # its first eager use (a bare name passed to torch.ops would only be looked up).
+        config = None
+        if q.config is not None:
+            from ._ops import _config
+
+            op_name, family = _FORMAT_OP[q.format]
+            if q.format == "bf16" and compute == torch.float16:
+                family = "fp16"
+            config = _config(q.config, op_name, family, x.device)
         if q.format == "bf16":
-            y = ops.mm.default(x2.to(compute), self.weight.t(), out_dtype, q.config, bias)
+            y = ops.mm.default(x2.to(compute), self.weight.t(), out_dtype, config, bias)
         elif q.format == "fp8_rowwise":
             xq, xs = _rowwise_e4m3(x2)
             y = ops.scaled_mm.default(xq, self.weight_q.t(), xs, self.weight_scale, out_dtype,
-                                      q.use_fast_accum, q.config, bias)
+                                      q.use_fast_accum, config, bias)
         else:
             xq, xs = quantize_mxfp8(x2, rule=q.rule)
             op = ops.mxfp8_mm if q.format == "mxfp8" else ops.fp8_fp4_mm
-            y = op.default(xq, xs, self.weight_q.t(), self.weight_scale, out_dtype, "plain", q.config, "blocked",
+            y = op.default(xq, xs, self.weight_q.t(), self.weight_scale, out_dtype, "plain", config, "blocked",
                            bias)
         return y.reshape(*lead, self.out_features)
 
