@@ -29,6 +29,7 @@ echo "== install ($("$PY" -c 'import sys; print(sys.executable)'))"
 read -r -a torch_spec <<< "${TORCH_SPEC:-torch}"
 "$PY" -m pip install -q "${torch_spec[@]}"
 "$PY" -m pip install -q --no-deps nvidia-cutlass==4.2.0.0   # CUTLASS headers only, no CUDA wheels
+echo "   (pip may print an ERROR about nvidia-cutlass's dependencies: expected, only its headers are used)"
 "$PY" -m pip install -q ninja pybind11 setuptools wheel pytest hypothesis matplotlib
 
 echo "== build"

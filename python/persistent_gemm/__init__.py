@@ -61,9 +61,20 @@ def require_extension():
         raise ImportError(
             "persistent_gemm's compiled extension is not built: run "
             "`scripts/setup_and_demo.sh` (or `scripts/setup_and_test.sh`) in the repository "
-            f"(import error: {_IMPORT_ERROR})"
+            f"({_why_not_built()})"
         )
     return _C
+
+
+def _why_not_built() -> str:
+    """No extension file at all (a Python-only install, an unbuilt checkout) says so; a file that
+    failed to load gives the loader's error (a missing symbol, a torch mismatch)."""
+    import pathlib
+
+    here = pathlib.Path(__file__).parent
+    if not any(here.glob("_C.*.so")) and not any(here.glob("_C.*.pyd")):
+        return f"no _C extension file in {here}: a Python-only install, or a checkout not built yet"
+    return f"import error: {_IMPORT_ERROR}"
 
 
 def built_archs() -> list[str]:
@@ -100,7 +111,7 @@ def build_info() -> dict:
         "extension": _C is not None,
         "archs": {},
         "registry_abi": None,
-        "import_error": None if _IMPORT_ERROR is None else str(_IMPORT_ERROR),
+        "import_error": None if _IMPORT_ERROR is None else _why_not_built(),
     }
     if _C is not None:
         info["registry_abi"] = int(_C.REGISTRY_ABI)

@@ -365,7 +365,7 @@ def _mpl():
     except ImportError as e:
         raise ImportError(
             "persistent_gemm.schedule.plot needs matplotlib: pip install matplotlib "
-            "(or pip install 'persistent_gemm[plot]')"
+            "(or, in the repository, pip install '.[plot]')"
         ) from e
     return picture_layers
 

@@ -1,7 +1,9 @@
-"""Operands split between the meta device and a real one are refused with both devices named
-(issue 23: the dispatcher runs an op's Meta kernel -- our fake -- whenever any operand is on
-meta, and the fake used to return an uninitialised tensor on the real operand's device); operands
-all on meta still give meta results of the right shape (shape propagation, torch.compile)."""
+"""What a newcomer does wrong, answered with a clear error (issue 23, newcomer report #4, #11,
+#13): operands split between the meta device and a real one are refused with both devices named
+(the dispatcher runs an op's Meta kernel -- our fake -- whenever any operand is on meta, and the
+fake used to return an uninitialised tensor on the real operand's device), while operands all on
+meta still give meta results of the right shape; wrong Python types get a TypeError naming the
+argument; an unbuilt package says what is missing."""
 
 import pytest
 import torch
@@ -68,3 +70,21 @@ def test_wrong_python_types_get_a_typeerror_naming_the_argument():
     wq, ws = pg.quantize_mxfp8(torch.randn(3, 64))
     with pytest.raises(TypeError, match=r"mxfp8_mm: bias must be a torch.Tensor or None, got list"):
         pg.mxfp8_mm(xq, xs, wq.t(), ws, bias=[0.0, 0.0, 0.0])
+
+
+def test_an_unbuilt_package_says_so_without_import_machinery_text(tmp_path):
+    # newcomer report #11: "cannot import name '_C' from partially initialized module (most likely
+    # due to a circular import)" for a Python-only install; now it says what is missing.
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(pg.__file__).parent
+    dst = tmp_path / "persistent_gemm"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    code = ("import persistent_gemm as pg\n"
+            "try:\n    pg.require_extension()\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=120).stdout
+    assert "Python-only install, or a checkout not built yet" in out and "circular import" not in out, out
