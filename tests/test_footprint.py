@@ -181,7 +181,7 @@ def test_plot_writes_png(tmp_path):
 def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
     for mod in ("matplotlib", "matplotlib.figure", "matplotlib.backends", "matplotlib.backends.backend_agg"):
         monkeypatch.setitem(sys.modules, mod, None)
-    with pytest.raises(ImportError, match=r"pip install matplotlib.*persistent_gemm\[plot\]"):
+    with pytest.raises(ImportError, match=r"pip install matplotlib.*pip install '\.\[plot\]'"):
         sch.plot(CATALOGUE[0], 1024, 1024, tmp_path / "x.png")
 
 
