@@ -181,6 +181,20 @@ def announce_build(sources: dict, core_count: int) -> None:
 PYTHON_ONLY_ENV = "PGEMM_PYTHON_ONLY"
 
 
+def _persistent_build_dir(base):
+    """build_ext with one fixed object folder (build/temp in the repository). An editable install
+    otherwise compiles into a fresh temporary folder every time, so the README's second command
+    rebuilt every kernel; with a fixed folder ninja recompiles only what changed (codegen rewrites
+    a generated source only when its text changes)."""
+
+    class Build(base):
+        def finalize_options(self):
+            super().finalize_options()
+            self.build_temp = str(ROOT / "build" / "temp")
+
+    return Build
+
+
 def main():
     version = re.search(r'__version__ = "([^"]+)"', (ROOT / "python/persistent_gemm/_version.py").read_text()).group(1)
     if os.environ.get(PYTHON_ONLY_ENV) == "1":
@@ -190,7 +204,7 @@ def main():
         locate_cuda()
         from torch.utils.cpp_extension import BuildExtension
         ext_modules = extensions()
-        cmdclass = {"build_ext": BuildExtension.with_options(use_ninja=True)}
+        cmdclass = {"build_ext": _persistent_build_dir(BuildExtension.with_options(use_ninja=True))}
     setup(
         name="persistent_gemm",
         version=version,
