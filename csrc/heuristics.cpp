@@ -172,11 +172,11 @@ Estimate estimate_bf16_route(Request const& r, KernelGeometry const& g, ArchCost
   bf.b = DType::BF16;
   Estimate e = estimate(bf, g, c, /*pad_m=*/false, /*promoted_fp8=*/false, /*block_scaled=*/false);
   e.mma_us *= kBf16RouteConvertSlowdown;
-  double const prepass_bytes = double(r.n) * r.k * 3.0 + double(r.m + r.n) * cdiv(r.k, 32);
-  double const prepass_us = prepass_bytes / c.dram_bytes_per_us + kBf16RoutePrepassFixedUs + c.launch_us;
-  e.dram_us += prepass_bytes / c.dram_bytes_per_us;
-  e.us = std::max({e.mma_us, e.dram_us - prepass_bytes / c.dram_bytes_per_us + kL2ShareOfDram * e.l2_us, e.l2_us}) +
-         e.oob_us + c.launch_us + prepass_us;
+  // The GEMM's bound first, on its own DRAM traffic; the pre-pass runs before it, serially.
+  double const gemm_us = std::max({e.mma_us, e.dram_us + kL2ShareOfDram * e.l2_us, e.l2_us}) + e.oob_us + c.launch_us;
+  double const prepass_dram_us = (double(r.n) * r.k * 3.0 + double(r.m + r.n) * cdiv(r.k, 32)) / c.dram_bytes_per_us;
+  e.dram_us += prepass_dram_us;
+  e.us = gemm_us + prepass_dram_us + kBf16RoutePrepassFixedUs + c.launch_us;
   return e;
 }
 
