@@ -15,16 +15,10 @@
 
 #include "persistent_gemm/kernel/sm90_mx_gemv.hpp"
 
+#include "probe_check.h"
+
 using namespace persistent_gemm;
 
-#define CK(x)                                                                               \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));        \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
 
 static double e4m3(uint8_t b) {
   int const s = b >> 7, e = (b >> 3) & 15, m = b & 7;

@@ -17,17 +17,11 @@
 
 #include "persistent_gemm/kernel/sm90_mx_bf16_gemm_builder.hpp"
 
+#include "probe_check.h"
+
 using namespace persistent_gemm;
 namespace mxd = persistent_gemm::collective::mx_detail;
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
 
 template <class X, class Tile, class Cluster>
 using RouteGemm = kernel::Sm90MxBf16Gemm<X, cutlass::bfloat16_t, Tile, Cluster,
