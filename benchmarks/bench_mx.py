@@ -7,6 +7,8 @@ quantize_mxfp8 / quantize_mxfp4) and returns (M, N) bf16:
     ours_plain         the same op on the plain operands (wq.t(), ws): weight preparation per call
     ours_promote       the same op forced onto the per-32 promotion kernel (the prefill route before
                        the bf16 route), where it is built
+    ours_fold          fp8_fp4_mm forced onto the fold route (the weight's scale folded into its
+                       e4m3 conversion, one FFMA per element per 32-K block), where it is built
     dequant+mm         our CUDA dequantization of both operands to bf16 (persistent_gemm.dequantize_mx,
                        exact), then torch.mm: the fastest two-step alternative; both steps timed
     emulation          torchao-style: dequantize both operands to bf16 ((q.float() * scale
@@ -84,6 +86,8 @@ PEERS = ("torch.mm", "dequant+mm", "emulation", "scaled_mm_rowwise", "humming")
 #: The promoting prefill config of each op (forced for the ours_promote contender).
 PROMOTE_CONFIG = {"mxfp8_mm": "sm90a_mxfp8_128x128x128_c2x1_sw8_row_coop",
                   "fp8_fp4_mm": "sm90a_e4m3xe2m1_128x128x128_c1x2_sw8_row_coop_swapab"}
+#: The FP8 x FP4 fold route's config (forced for the ours_fold contender, on the prepared weight).
+FOLD_CONFIG = {"fp8_fp4_mm": "sm90a_e4m3xe2m1_128x128x128_c1x2_sw8_row_coop_swapab_fold"}
 FIELDS = ["op", "group", "m", "n", "k", "contender", "config", "ms", "tflops", "weight_gbps",
           "ratio_vs_torch_mm", "ratio_vs_emulation", "host_us_per_call", "timing", "rel_err", "gpu"]
 NAN = float("nan")
@@ -256,6 +260,11 @@ def contenders(op: str, humming) -> dict:
     if PROMOTE_CONFIG[op] in built:
         out["ours_promote"] = (lambda c: (lambda: fn(c["xq"], c["xs"], c["wq"].t(), c["ws"], out_dtype=bf16,
                                                      config=PROMOTE_CONFIG[op])), mx_w)
+    if FOLD_CONFIG.get(op) in built and prepare is not None:
+        def fold(c):
+            pw = prepare(c["wq"], c["ws"], fmt=PREPARE_FMT[op])
+            return lambda: fn(c["xq"], c["xs"], pw, out_dtype=bf16, config=FOLD_CONFIG[op])
+        out["ours_fold"] = (fold, mx_w)
     dq = getattr(torch.ops.persistent_gemm, "dequantize_mx", None)
     if dq is not None:
         out["dequant+mm"] = (lambda c: (lambda: torch.mm(dq(c["xq"], c["xs"]), dq(c["wq"], c["ws"]).t())), mx_w)

@@ -291,7 +291,7 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
   // Scales in the kernel's orientation (a swap-AB kernel's row scale is the weight's). MX: the
   // blocked layout, except what the decode GEMV reads as it comes (the activations' plain rows).
   // The bf16 route's pre-pass reads them either way too.
-  bool const plain_a = (e.geometry.style == KernelStyle::Gemv || e.bf16_route) && in.layouts.a == ScaleLayout::Plain;
+  bool const plain_a = (e.geometry.style == KernelStyle::Gemv || e.route == MxRoute::Bf16) && in.layouts.a == ScaleLayout::Plain;
   at::Tensor sa = in.scale_a, sb = in.scale_b;
   if (mx) {
     if (plain_a && sa.size(0) > 1 && sa.stride(1) != 1) sa = sa.contiguous();

@@ -72,6 +72,10 @@ constexpr double kMxTileOverheadClk = 120;
 // Until issue 22 the K-tile time took the MMA's clocks even where this bound was longer, so the
 // model put these kernels at 3.5x their measured speed.
 constexpr double kMxPromoteOps = 4.2;
+// The fold route (MxRoute::Fold, FP8 x FP4): 1.5 ops per element and block (an FFMA, and an FMUL
+// per column shared by a thread's two rows) at the same issue derating -- a prior, until the
+// H200 prefill rows of the fold config refit it.
+constexpr double kMxFoldOps = kMxPromoteOps * 1.5 / 2.0;
 // The wgmma MX decode tiles (ping-pong, swap-AB: 64 weight rows x 16..64 tokens) are latency-
 // bound, not issue-bound: per K-tile four dependent wgmma -> wait -> promote steps. Fitted to
 // the H200 decode rows (benchmarks/results/h200_mx.md: 64x16 at 1x8192^2 44.8 us, 64x64 at
@@ -110,7 +114,7 @@ constexpr double kBf16RoutePrepassFixedUs = 3.0;
 }  // namespace
 
 Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, bool pad_m, bool promoted_fp8,
-                  bool block_scaled) {
+                  bool block_scaled, bool folded) {
   using namespace model;
   bool const mx_alu = block_scaled && c.mx_scales_in_alu;
   Estimate e;
@@ -128,7 +132,7 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   double const flops_per_clk = c.flops_per_clk_16bit * (ea <= 1 ? 2 : 1);
   double stage_clk = 2.0 * g.tile_m * g.tile_n * g.tile_k / flops_per_clk;
   if (mx_alu)
-    stage_clk = std::max(stage_clk, kMxPromoteOps * g.tile_m * g.tile_n * (g.tile_k / 32) / kFp32LanesPerClk);
+    stage_clk = std::max(stage_clk, (folded ? kMxFoldOps : kMxPromoteOps) * g.tile_m * g.tile_n * (g.tile_k / 32) / kFp32LanesPerClk);
   double const overhead_clk = c.stage_overhead_clk + (promoted_fp8 ? kPromoteClk : 0.0) +
                               (mx_alu ? kMxTileOverheadClk : 0.0) +
                               (mx_alu && g.style == KernelStyle::PingPong ? kMxDecodeChainClk : 0.0);
@@ -376,10 +380,14 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                        (best.pad_d ? ", pads D for TMA" : "") +
                        (best.pad_m ? ", pads M to " + std::to_string(cdiv(r.m, e.geometry.tile_m) * e.geometry.tile_m) : "") +
                        (e.d_dtype != r.d ? ", casts fp32 D" : "") +
-                       (e.bf16_route
+                       (e.route == MxRoute::Bf16
                             ? ", MX bf16 route: both block scales folded exactly into bf16 operands (weight in "
                               "registers, activations by a pre-pass), fp32 accumulation over the whole K, no per-32 "
                               "promotion"
+                        : e.route == MxRoute::Fold
+                            ? ", MX fold route: the weight's block scale folded exactly into its e2m1 -> e4m3 "
+                              "conversion per 16-row strip, promoted per 32-K block with one FFMA per element (strips "
+                              "spanning more than 14 binades in a block convert plainly, exact either way)"
                         : e.scale_mode == ScaleMode::Block32
                             ? (table.cost.mx_scales_in_alu ? ", MX scales applied per 32-K block in fp32"
                                                            : ", MX scales applied by the tensor core (block_scale MMA)")

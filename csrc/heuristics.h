@@ -63,10 +63,11 @@ struct Estimate {
   double tile_eff = 0; // useful fraction of the launched tile area
 };
 // promoted_fp8: the config promotes FP8 partial sums every k-tile (promoted_fp8(entry));
-// block_scaled: it promotes every 32-K block with two MX scales (FMUL + FFMA per element).
+// block_scaled: it promotes every 32-K block with two MX scales (FMUL + FFMA per element);
+// folded: the fold route's promotion (MxRoute::Fold: one FFMA per element, one FMUL per column).
 // The request is in the kernel's orientation (oriented()).
 Estimate estimate(Request const& req, KernelGeometry const& geometry, ArchCost const& cost, bool pad_m = false,
-                  bool promoted_fp8 = false, bool block_scaled = false);
+                  bool promoted_fp8 = false, bool block_scaled = false, bool folded = false);
 inline bool promoted_fp8(KernelEntry const& e) {
   return e.a_dtype == DType::E4M3 && !e.fast_accum && e.scale_mode != ScaleMode::Block32;
 }
@@ -80,13 +81,14 @@ inline Request oriented(Request r, KernelEntry const& e) {
 }
 // The MX decode GEMV's estimate (KernelStyle::Gemv): its own model, a weight stream.
 Estimate estimate_gemv(Request const& req, KernelGeometry const& geometry, ArchCost const& cost);
-// The MX bf16 route (KernelEntry::bf16_route): a bf16 GEMM with the weight converted in
+// The MX bf16 route (MxRoute::Bf16): a bf16 GEMM with the weight converted in
 // registers, after a pre-pass that widens the activations.
 Estimate estimate_bf16_route(Request const& req, KernelGeometry const& geometry, ArchCost const& cost);
 inline Estimate estimate(Request const& req, KernelEntry const& e, ArchCost const& cost, bool pad_m = false) {
   if (e.geometry.style == KernelStyle::Gemv) return estimate_gemv(oriented(req, e), e.geometry, cost);
-  if (e.bf16_route) return estimate_bf16_route(oriented(req, e), e.geometry, cost);
-  return estimate(oriented(req, e), e.geometry, cost, pad_m, promoted_fp8(e), e.scale_mode == ScaleMode::Block32);
+  if (e.route == MxRoute::Bf16) return estimate_bf16_route(oriented(req, e), e.geometry, cost);
+  return estimate(oriented(req, e), e.geometry, cost, pad_m, promoted_fp8(e), e.scale_mode == ScaleMode::Block32,
+                  e.route == MxRoute::Fold);
 }
 
 }  // namespace persistent_gemm

@@ -180,7 +180,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         d["fast_accum"] = e.fast_accum;
         d["swap_ab"] = e.swap_ab;
         d["fused_bias"] = e.fused_bias;
-        d["bf16_route"] = e.bf16_route;
+        d["route"] = e.route == MxRoute::Bf16 ? "bf16" : e.route == MxRoute::Fold ? "fold" : "promote";
         out.append(d);
       }
     return out;

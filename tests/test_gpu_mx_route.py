@@ -1,8 +1,11 @@
-"""GPU tests of the MX bf16 route (``route="bf16"`` configs: both block scales folded into bf16
-operands, fp32 accumulation over the whole K, no per-32 promotion) on SM90, each route config
-forced: the scale ranges and e8m0 edge codes of test_gpu_mx, weights whose rows span many
-binades (the per-row reference exponent), bitwise determinism, and the MX dequantization op
-the "dequantize, then torch.mm" baseline uses.
+"""GPU tests of the MX routes on SM90, each route config forced: the bf16 route (``route="bf16"``:
+both block scales folded into bf16 operands, fp32 accumulation over the whole K, no per-32
+promotion) and the FP8 x FP4 fold route (``route="fold"``: the weight's scale folded into its
+e4m3 conversion per 16-row strip and block; strips outside the window convert plainly). The
+scale ranges and e8m0 edge codes of test_gpu_mx, weights whose rows span many binades (the
+per-row reference exponent; for the fold, the plain path), the fold window's edges and strips
+mixing folded and plain, bitwise determinism, and the MX dequantization op the "dequantize,
+then torch.mm" baseline uses.
 
 Outputs are NaN-poisoned and checked against float64 within error_bound of the emulation's
 error (mx_helpers.check_mx), the bound test_gpu_mx holds the promoting kernels to. Shapes,
@@ -31,7 +34,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.sm90]
 CUDA = "cuda"
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 ROUTE = [pytest.param(op, name, id=name) for op in MX_OPS for name in built_configs(MX_FAMILY[op], arch="sm90a")
-         if name.endswith("_bf16route") or "_bf16route_" in name]
+         if name.endswith(("_bf16route", "_fold")) or "_bf16route_" in name or "_fold_" in name]
+FOLD = [p for p in ROUTE if "_fold" in p.values[1]]
 K = {"mxfp8_mm": 1000, "fp8_fp4_mm": 992}  # off every K-tile multiple
 
 
@@ -110,6 +114,31 @@ def test_route_is_deterministic_and_batch_invariant(op, name):
     a, sa, b, sb = args
     alone = run(op, (a[:7], sa[:7], b, sb), name, BF16, check=False)
     torch.testing.assert_close(alone, first[:7], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("out_dtype", [BF16, FP32], ids=str)
+@pytest.mark.parametrize("center", [7, 127, 247])
+@pytest.mark.parametrize("op, name", FOLD)
+def test_fold_window_edges_and_mixed_strips(op, name, center, out_dtype):
+    # Weight codes within 7 of `center`: every strip spans <= 14, so every (strip, block) folds,
+    # and blocks 0 and -1 hold both ends of the window in every strip (shifts -8 and +6: e4m3
+    # subnormals at the bottom, 384 at the top). center = 7 puts code 0 (2^-127) in the window.
+    from persistent_gemm.fold import kernel_folds
+
+    m, n, k = 300, 257, K[op]
+    a, sa, b, sb = mx_operands(op, m, n, k, seed=center, b_scales=(center, 7))
+    assert kernel_folds(sb[:256]).all()
+    run(op, (a, sa, b, sb), name, out_dtype)
+    # Odd strips widened to a span of 15 in every block: they take the plain path, the even ones
+    # fold, side by side in each tile and wgmma.
+    codes = sb.view(torch.uint8).clone()
+    lo, hi = (center - 7, center + 8) if center < 240 else (center - 8, center + 7)
+    for s in range(1, n // 16, 2):
+        codes[16 * s], codes[16 * s + 1] = lo, hi
+    sb2 = codes.view(torch.float8_e8m0fnu)
+    folds = kernel_folds(sb2)
+    assert folds[:16:2].all() and not folds[1:16:2].any()
+    run(op, (a, sa, b, sb2), name, out_dtype)
 
 
 @pytest.mark.parametrize("fmt", ["mxfp8", "fp4"])

@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 10;
+constexpr int kRegistryAbiVersion = 11;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -97,6 +97,19 @@ struct DequantizeJob {
 // reads the activations' e8m0 scales as they come (plain rows of GemmArgs::ld_scale_b bytes).
 enum class KernelStyle : int32_t { Cooperative = 0, PingPong = 1, Umma1Sm = 2, Umma2Sm = 3, Gemv = 4 };
 
+// MX mainloop routes (catalogue.py MX_ROUTES).
+enum class MxRoute : int32_t {
+  // FP8 wgmma per 32-K block into a temporary, promoted with both scales (FMUL + FFMA per element).
+  Promote,
+  // swap_ab: both block scales folded into bf16 operands by the kernel (the weight) and its
+  // pre-pass (the activations, into GemmArgs::workspace); bf16 wgmma, fp32 accumulation over the
+  // whole K. It reads the activations' scales blocked or plain (GemmArgs::ld_scale_b), the weight's blocked.
+  Bf16,
+  // FP8 x FP4, swap_ab: Promote with the weight's scale folded into its e4m3 conversion per
+  // 16-row strip and block (one FFMA per element per block); exact for every weight.
+  Fold,
+};
+
 // A config's geometry, written by codegen beside the name so the dispatcher's cost model never
 // parses names on the hot path.
 struct KernelGeometry {
@@ -124,11 +137,8 @@ struct KernelEntry {
   // The epilogue applies GemmArgs::bias / alpha / beta (SM90). Otherwise the dispatcher applies
   // them after the kernel, unfused.
   bool fused_bias;
-  // The MX bf16 route (scale_mode Block32, swap_ab): both block scales folded into bf16 operands
-  // by the kernel (the weight) and its pre-pass (the activations, into GemmArgs::workspace);
-  // bf16 wgmma, fp32 accumulation over the whole K. It reads the activations' scales blocked or
-  // plain (GemmArgs::ld_scale_b), the weight's blocked.
-  bool bf16_route;
+  // How an MX kernel (scale_mode Block32) meets its block scales (MxRoute); Promote elsewhere.
+  MxRoute route;
   KernelGeometry geometry;
   // Returns cudaSuccess or the launch error; never throws across the module boundary.
   cudaError_t (*run)(GemmArgs const& args, cudaStream_t stream);

@@ -46,8 +46,14 @@ _ACCUM_TOKEN = "fastacc"  # name suffix of fast-accumulation configs; promoted h
 #:   "bf16":    both scales folded exactly into bf16 operands (the weight in registers, the
 #:              activations by a pre-pass), bf16 wgmma, fp32 over the whole K, no promotion
 #:              (collective/sm90_mx_bf16_mma.hpp). Adds the ``_bf16route`` token.
-MX_ROUTES: tuple[str, ...] = ("promote", "bf16")
-_ROUTE_TOKEN = "bf16route"
+#:   "fold":    FP8 x FP4 only: the promotion route with the weight's block scale folded exactly
+#:              into its e2m1 -> e4m3 conversion per (16-row strip, 32-K block), leaving one FMUL
+#:              per column and one FFMA per element per block; strips whose codes span more than
+#:              e4m3 can carry convert plainly (exact either way; python/persistent_gemm/fold.py).
+#:              Adds the ``_fold`` token.
+MX_ROUTES: tuple[str, ...] = ("promote", "bf16", "fold")
+_ROUTE_TOKENS = {"bf16": "bf16route", "fold": "fold"}
+_TOKEN_ROUTES = {v: k for k, v in _ROUTE_TOKENS.items()}
 #: The bf16 route's K-tile: two 1x32 blocks, one 128 B swizzled bf16 row.
 BF16_ROUTE_TILE_K = 64
 #: Dtype families whose mainloop has a fast-accumulation variant.
@@ -108,9 +114,11 @@ class KernelConfig:
         (weight rows, tokens, K). Adds the ``_swapab`` token. sm90a only; FP8 x FP4 requires it
         (its e2m1 weight is converted in registers, which only the A side allows). Swap-AB and
         split-K kernels of the 16-bit and e4m3 families write D by predicated stores.
-    route : {"promote", "bf16"}
+    route : {"promote", "bf16", "fold"}
         MX families only (see :data:`MX_ROUTES`): ``"bf16"`` folds both block scales into bf16
-        operands and accumulates in fp32 over the whole K (sm90a, swap-AB, tile_k = 64).
+        operands and accumulates in fp32 over the whole K (sm90a, swap-AB, tile_k = 64);
+        ``"fold"`` (FP8 x FP4) folds the weight's scale into its e4m3 conversion and promotes
+        per block with the activation's.
     """
 
     tile: tuple[int, int, int] = (128, 256, 64)
@@ -148,6 +156,8 @@ class KernelConfig:
             return f"route must be one of {MX_ROUTES}, got {self.route!r}"
         if self.route != "promote" and self.dtype not in MX_DTYPES:
             return f"route={self.route!r} is an MX mainloop option ({', '.join(MX_DTYPES)}), not {self.dtype}"
+        if self.route == "fold" and self.dtype != "e4m3xe2m1":
+            return f"route='fold' folds e2m1 weights into e4m3 (e4m3xe2m1), not {self.dtype}"
         if self.route != "promote" and self.arch != "sm90a":
             return (f"route={self.route!r} is an sm90a mainloop (sm100a's block_scale MMA applies the MX scales "
                     f"itself), not {self.arch}")
@@ -333,7 +343,7 @@ class KernelConfig:
         if self.accum == "fast":
             parts.append(_ACCUM_TOKEN)
         if self.route != "promote":
-            parts.append(_ROUTE_TOKEN)
+            parts.append(_ROUTE_TOKENS[self.route])
         if self.stages is not None:
             parts.append(f"s{self.stages}")
         return "_".join(parts)
@@ -349,7 +359,7 @@ class KernelConfig:
             raise ConfigError(
                 f"config name {name!r} is not of the form "
                 "<arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>[_sk<split_k>]_<coop|pp|gemv|1sm|2sm>"
-                "[_swapab][_fastacc][_bf16route][_s<stages>]"
+                "[_swapab][_fastacc][_bf16route|_fold][_s<stages>]"
             )
         g = m.groupdict()
         if g["sk"] is not None and int(g["sk"]) == 1:
@@ -370,7 +380,7 @@ class KernelConfig:
             arch=g["arch"],
             accum="fast" if g["accum"] else "promoted",
             swap_ab=bool(g["swap"]),
-            route="bf16" if g["route"] else "promote",
+            route=_TOKEN_ROUTES[g["route"][1:]] if g["route"] else "promote",
         )
 
     # -- lowering --------------------------------------------------------------------------
@@ -414,7 +424,7 @@ class KernelConfig:
 
 _NAME_RE = re.compile(
     rf"(?P<arch>{'|'.join(ARCHS)})_(?P<dtype>bf16|fp16|e4m3xe2m1|e4m3|mxfp8)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)"
-    r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)(?:_sk(?P<sk>\d+))?_(?P<style>coop|pp|gemv|1sm|2sm)(?P<swap>_swapab)?(?P<accum>_fastacc)?(?P<route>_bf16route)?(?:_s(?P<stages>\d+))?"
+    r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)(?:_sk(?P<sk>\d+))?_(?P<style>coop|pp|gemv|1sm|2sm)(?P<swap>_swapab)?(?P<accum>_fastacc)?(?P<route>_bf16route|_fold)?(?:_s(?P<stages>\d+))?"
 )
 
 
@@ -483,6 +493,9 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     # consumer's epilogue overlapped.
     _cfg((64, 128, 64), 8, (1, 1), kernel="pingpong", dtype="mxfp8", swap_ab=True, route="bf16"),
     _cfg((64, 128, 64), 8, (1, 1), kernel="pingpong", dtype="e4m3xe2m1", swap_ab=True, route="bf16"),
+    # FP8 x FP4 prefill, fold route: the promotion kernel's tile with the weight's scale folded
+    # into its e4m3 conversion (one FFMA per element per block instead of FMUL + FFMA).
+    _cfg((128, 128, 128), 8, (1, 2), dtype="e4m3xe2m1", swap_ab=True, route="fold"),
     # MX decode (M <= 64): the stream-K tensor-core GEMV, one config per token tile (8, 16, 32, 64
     # tokens: M <= 8 runs one n8 MMA tile). Both families' configs are one translation unit each.
     *(_cfg((GEMV_STRIP_ROWS, t, GEMV_CHUNK_BYTES * w), 1, (1, 1), kernel="gemv", dtype=d, swap_ab=True)

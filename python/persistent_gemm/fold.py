@@ -1,8 +1,8 @@
 """The exact-fold window of an MXFP4 weight: which (16-row strip, 32-K block) pairs can carry their
-block scales inside e4m3.
+block scales inside e4m3, for the FP8 x FP4 fold route (``route="fold"`` configs,
+collective/sm90_mx_block_scaled_mma.hpp with MxOperandE2m1Fold).
 
-Groundwork for the FP8xFP4 fold route of issue 22 (no kernel reads it yet; the MX ops do not
-change). An e2m1 value times 2^j is exactly an e4m3 value for every j in FOLD_WINDOW = [-8, +6]:
+An e2m1 value times 2^j is exactly an e4m3 value for every j in FOLD_WINDOW = [-8, +6]:
 6 * 2^6 = 384 <= 448 at the top, 0.5 * 2^-8 = 2^-9 (e4m3's smallest subnormal) at the bottom,
 and e2m1's two significant bits fit e4m3's subnormals from 2^-9 on. The fold route converts a
 warp's A fragment -- 16 weight rows (a strip) of one 32-K block -- with one reference exponent
@@ -11,7 +11,13 @@ e2m1 * 2^(e_row - R) with no rounding, and applies 2^R together with the activat
 in the per-block promotion it already does (one FFMA per accumulator element). A (strip, block)
 whose rows' exponents span more than 14 (or that holds a NaN scale on a nonzero block, which no
 e4m3 code can carry) is out of the window: the fold route must not re-quantize it -- the weight
-goes to the exact bf16 route instead.
+takes the kernel's plain path for that strip and block (per-row promotion, as the promotion
+route does), so every weight stays exact and only the speed depends on the window.
+
+The kernel decides per (strip, block) from the scale codes alone -- it cannot see which blocks
+are all zeros -- so :func:`kernel_folds` is its rule: the strip's codes (all 16 rows, tail rows
+padded with code 127 as the blocked layout pads them) span at most 14 and none is NaN. It folds
+a subset of :func:`fold_plan`'s window (equal when no block is all zeros and N % 16 == 0).
 
     from persistent_gemm.fold import fold_plan
     plan = fold_plan(wq, ws)          # the (N, K/2) e2m1 weight and its (N, K/32) scales
@@ -29,7 +35,7 @@ import torch
 
 from .quant import MX_BLOCK
 
-__all__ = ["FOLD_WINDOW", "STRIP_ROWS", "FoldPlan", "fold_plan"]
+__all__ = ["FOLD_WINDOW", "STRIP_ROWS", "FoldPlan", "fold_plan", "kernel_folds"]
 
 #: Shifts j for which every e2m1 value times 2^j is exactly representable in e4m3.
 FOLD_WINDOW = (-8, 6)
@@ -125,3 +131,21 @@ def fold_plan(wq: torch.Tensor, ws: torch.Tensor) -> FoldPlan:
     span = torch.where(has_nan, torch.full_like(span, -1), span)
     in_window = ~has_nan & (span <= FOLD_WINDOW[1] - FOLD_WINDOW[0])
     return FoldPlan(ref_exponent=ref.to(torch.int32), in_window=in_window, span=span.to(torch.int32))
+
+
+def kernel_folds(ws: torch.Tensor) -> torch.Tensor:
+    """(ceil(N/16), blocks) bool: the (strip, block) pairs the fold-route kernel converts with
+    their scale folded, from plain (N, ceil(K/32)) e8m0 scales -- the kernel's rule (module
+    docstring), which python mirrors here for explain and tests. The others run the kernel's
+    plain per-row path, exact as well."""
+    if not isinstance(ws, torch.Tensor) or ws.dtype not in (torch.float8_e8m0fnu, torch.uint8) or ws.dim() != 2:
+        raise TypeError(f"ws must be 2-D e8m0 block scales (torch.float8_e8m0fnu or uint8), got "
+                        f"{getattr(ws, 'dtype', type(ws).__name__)} {tuple(getattr(ws, 'shape', ()))}")
+    codes = ws.view(torch.uint8).to(torch.int32)
+    n, blocks = codes.shape
+    strips = -(-n // STRIP_ROWS)
+    if strips * STRIP_ROWS != n:  # the blocked layout's padding rows (scale_layout._PAD_CODE)
+        codes = torch.nn.functional.pad(codes, (0, 0, 0, strips * STRIP_ROWS - n), value=_E8M0_BIAS)
+    codes = codes.view(strips, STRIP_ROWS, blocks)
+    hi, lo = codes.amax(dim=1), codes.amin(dim=1)
+    return (hi != _E8M0_NAN) & (hi - lo <= FOLD_WINDOW[1] - FOLD_WINDOW[0])

@@ -132,6 +132,10 @@ BF16_ROUTE_HEADER = "sm90_mx_bf16_gemm_builder"
 BF16_ROUTE_BUILDER = "persistent_gemm::kernel::Sm90MxBf16Gemm"
 BF16_ROUTE_VARIANTS = (Variant(True, True, "bf16", "block", False), Variant(True, True, "fp32", "block", False))
 
+# The FP8 x FP4 fold route (KernelConfig.route == "fold"): the promotion builder with the weight's
+# tag for a scale-folding conversion; one TU holds the config's variants.
+FOLD_OPERAND_X = "persistent_gemm::collective::MxOperandE2m1Fold"
+
 LOWERINGS: dict[tuple[str, str], Lowering] = {(r.arch, r.family): r for r in (
     Lowering("sm90a", "mxfp8", "e4m3", "e4m3", operand_x="persistent_gemm::collective::MxOperandE4m3",
              gemv_weight="persistent_gemm::kernel::GemvWeightE4m3", **_SM90_MX),

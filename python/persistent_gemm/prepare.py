@@ -66,8 +66,8 @@ class PreparedWeight:
 
     def fold_plan(self) -> "FoldPlan":
         """fmt="fp4": the exact-fold window of each (16-row strip, block) (persistent_gemm.fold), read from the prepared
-        bytes when asked -- groundwork for the FP8xFP4 fold route (issue 22), which no kernel
-        takes yet, so nothing computes it at load time."""
+        bytes when asked (nothing computes it at load time: the fold-route kernel decides per
+        strip and block itself, and stays exact outside the window)."""
         if self.fmt != "fp4":
             raise ValueError(f"fold_plan is for fmt='fp4' weights (e2m1 folds into e4m3), got fmt={self.fmt!r}")
         from .fold import fold_plan

@@ -34,15 +34,39 @@ CUTLASS_HOST_DEVICE constexpr int atom_offset(int row_in_atom) {
 // Eight e2m1 codes (code i in nibble i of x) -> eight exact e4m3 bytes: lo holds codes 0..3,
 // hi codes 4..7. |v| comes from a positive and a negative 8-entry byte LUT indexed by the
 // code's low 3 bits; a third permute picks, per byte, the LUT the sign bit names.
-CUTLASS_DEVICE void e2m1x8_to_e4m3x8(uint32_t x, uint32_t& lo, uint32_t& hi) {
-  constexpr uint32_t kPos0 = 0x3C383000u, kPos1 = 0x4C484440u;  // 0, .5, 1, 1.5 | 2, 3, 4, 6
-  constexpr uint32_t kNeg0 = kPos0 | 0x80808080u, kNeg1 = kPos1 | 0x80808080u;
+// `pos0`/`pos1`: the LUT, e4m3 bytes of the magnitudes 0, .5, 1, 1.5 | 2, 3, 4, 6 (the plain
+// conversion's constants, or e2m1_fold_lut's shifted ones).
+CUTLASS_DEVICE void e2m1x8_to_e4m3x8(uint32_t x, uint32_t& lo, uint32_t& hi, uint32_t pos0 = 0x3C383000u,
+                                     uint32_t pos1 = 0x4C484440u) {
+  uint32_t const neg0 = pos0 | 0x80808080u, neg1 = pos1 | 0x80808080u;
   uint32_t const idx = x & 0x77777777u;
   // selector nibble i = i + 4 * sign_i: byte i of the positive (0..3) or negative (4..7) result
   uint32_t const sel = ((x & 0x88888888u) | 0x64206420u) >> 1;
   uint32_t const idx_hi = idx >> 16, sel_hi = sel >> 16;
-  lo = __byte_perm(__byte_perm(kPos0, kPos1, idx), __byte_perm(kNeg0, kNeg1, idx), sel);
-  hi = __byte_perm(__byte_perm(kPos0, kPos1, idx_hi), __byte_perm(kNeg0, kNeg1, idx_hi), sel_hi);
+  lo = __byte_perm(__byte_perm(pos0, pos1, idx), __byte_perm(neg0, neg1, idx), sel);
+  hi = __byte_perm(__byte_perm(pos0, pos1, idx_hi), __byte_perm(neg0, neg1, idx_hi), sel_hi);
+}
+
+// ---- the exact fold (FP8 x FP4, MxOperandE2m1Fold) -------------------------------------------
+// e2m1 * 2^j is an e4m3 value for every j in [kFoldShiftMin, kFoldShiftMax] (6 * 2^6 = 384 <= 448;
+// 0.5 * 2^-8 = 2^-9, e4m3's smallest subnormal). A 16-row strip's block folds when its codes
+// span <= 14: R = max - 6, each row's j = code - R; python/persistent_gemm/fold.py mirrors it.
+constexpr int kFoldShiftMin = -8;
+constexpr int kFoldShiftMax = 6;
+constexpr int kFoldStripRows = 16;
+
+// The conversion LUT of e2m1 * 2^j (see e2m1x8_to_e4m3x8). From j = -5 up every nonzero
+// magnitude only moves its exponent field; below, the small ones become e4m3 subnormals.
+CUTLASS_HOST_DEVICE constexpr uint64_t e2m1_fold_lut(int j) {
+  return j >= -5 ? (uint64_t(0x4C484440u + uint32_t(j) * 0x08080808u) << 32) | (0x3C383000u + uint32_t(j) * 0x08080800u)
+       : j == -6 ? 0x1C1814100C080400ull
+       : j == -7 ? 0x14100C0806040200ull
+                 : 0x0C08060403020100ull;
+}
+
+// fp32 2^e for e in [-149, 127]: normal from -126, subnormal below.
+CUTLASS_HOST_DEVICE constexpr uint32_t f32_pow2_bits(int e) {
+  return e >= -126 ? uint32_t(e + 127) << 23 : 1u << (e + 149);
 }
 
 

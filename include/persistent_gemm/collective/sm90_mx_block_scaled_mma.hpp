@@ -14,6 +14,15 @@
 //   MxOperandE2m1: packed e2m1 in smem, converted to exact e4m3 in registers (RS wgmma) with a
 //                  byte-permute LUT: 6 PRMT + 5 integer ops per 8 values; CUTLASS's e2m1
 //                  NumericConverter is a per-element software path on sm_90a and is not used.
+//   MxOperandE2m1Fold: the same, with the weight's block scale folded into the conversion
+//                  exactly (the fold route, FP8 x FP4): per 16-row strip (one warp's rows of the
+//                  fragment) and 32-K block, R = max code - 6, and each row's block converts
+//                  through the LUT of e2m1 * 2^(code - R) (exact in e4m3 while the strip's codes
+//                  span <= 14). The promotion's row factor is then the strip's 2^R: one FMUL per
+//                  column and one FFMA per element, instead of FMUL + FFMA per element. A strip
+//                  block whose codes span more (or hold a NaN code) converts plainly and promotes
+//                  per row, as MxOperandE2m1 does: the branch is warp-uniform, and every weight
+//                  is exact, foldable or not.
 //
 // Scales: once per K-tile the tile's consumer threads expand the stage's e8m0 atoms into fp32
 // (code 0 -> 2^-127, 255 -> NaN, blocks past K -> 0 so zero-filled data never meets a padding
@@ -52,6 +61,19 @@ namespace persistent_gemm::collective {
 // Element tags of the X operand.
 struct MxOperandE4m3 {};
 struct MxOperandE2m1 {};
+struct MxOperandE2m1Fold {};
+
+namespace mx_fold_detail {
+// The fold's per-stage shared memory (per row and block its conversion LUT; per strip and block
+// whether it folds); empty for the other operands, so their storage does not change.
+template <bool Fold, int Stages, int TileM>
+struct FoldStorage {};
+template <int Stages, int TileM>
+struct FoldStorage<true, Stages, TileM> {
+  alignas(16) uint64_t fold_lut[Stages][mx_detail::kBlocksPerTile * TileM];
+  uint8_t fold_mode[Stages][mx_detail::kBlocksPerTile * TileM / mx_detail::kFoldStripRows];
+};
+}  // namespace mx_fold_detail
 // Promotion schedules.
 struct PromotePerBlock {};
 struct PromotePerKTile {};
@@ -63,7 +85,8 @@ struct Sm90MxBlockScaledMma {
   using Promotion = Promotion_;
   using TileShape = TileShape_;
   static constexpr bool kCooperative = Cooperative_;
-  static constexpr bool kRegisterX = std::is_same_v<OperandX, MxOperandE2m1>;
+  static constexpr bool kFold = std::is_same_v<OperandX, MxOperandE2m1Fold>;
+  static constexpr bool kRegisterX = kFold || std::is_same_v<OperandX, MxOperandE2m1>;
   static constexpr bool kPerKTile = std::is_same_v<Promotion, PromotePerKTile>;
   static constexpr int Stages = Stages_;
   static constexpr int kTileM = cute::size<0>(TileShape{});
@@ -76,6 +99,8 @@ struct Sm90MxBlockScaledMma {
                 "MX mainloop: tile_n must divide 128 or be a multiple of it, in steps of 16");
   static_assert(!kCooperative || kTileM % 128 == 0, "cooperative MX tiles split tile_m over two warpgroups");
   static_assert(Stages >= 2, "MX mainloop needs at least two stages");
+  static_assert(!kFold || kTileM % 32 == 0,
+                "MX fold: a strip's reference is reduced over 16 lanes of a warp; tile_m must be a multiple of 32");
 
   struct DispatchPolicy {
     using ClusterShape = ClusterShape_;
@@ -125,7 +150,7 @@ struct Sm90MxBlockScaledMma {
   static constexpr int kColStride = kTileN / 4 + 4;  // +4 floats: the four q rows hit distinct banks
   static constexpr int kScaleFloats = mx_detail::kBlocksPerTile * (kTileM + 4 * kColStride);
 
-  struct TensorStorage : cute::aligned_struct<128, cute::_0> {
+  struct TensorStorage : cute::aligned_struct<128, cute::_0>, mx_fold_detail::FoldStorage<kFold, Stages, kTileM> {
     cute::array_aligned<ElementXStorage, cute::cosize_v<SmemLayoutA>> smem_A;
     cute::array_aligned<ElementB, cute::cosize_v<SmemLayoutB>> smem_B;
     alignas(128) uint8_t sf_x[Stages][kAtomsX * mx_detail::kAtomBytes];
@@ -303,8 +328,32 @@ struct Sm90MxBlockScaledMma {
       int const rr = m_off + r;  // row inside the tile's atom(s)
       uint32_t const w = *reinterpret_cast<uint32_t const*>(
           shared.sf_x[stage] + (rr / 128) * mx_detail::kAtomBytes + mx_detail::atom_offset(rr % 128));
-      CUTLASS_PRAGMA_UNROLL
-      for (int b = 0; b < mx_detail::kBlocksPerTile; ++b) f[b * kTileM + r] = expand(w, b);
+      if constexpr (kFold) {
+        // The strip's largest and smallest code per block (bytes of w), over its 16 rows: 16
+        // consecutive lanes, as kTileM and kMmaThreads are multiples of 32.
+        uint32_t hi = w, lo = w;
+        CUTLASS_PRAGMA_UNROLL
+        for (int s = 1; s < mx_detail::kFoldStripRows; s *= 2) {
+          hi = __vmaxu4(hi, __shfl_xor_sync(0xFFFFFFFFu, hi, s));
+          lo = __vminu4(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, s));
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int b = 0; b < mx_detail::kBlocksPerTile; ++b) {
+          int const code = int((w >> (8 * b)) & 0xFFu), top = int((hi >> (8 * b)) & 0xFFu);
+          int const bottom = int((lo >> (8 * b)) & 0xFFu);
+          bool const in_k = first_block + b < params.k_blocks;
+          bool const fold = in_k && top != 255 && top - bottom <= mx_detail::kFoldShiftMax - mx_detail::kFoldShiftMin;
+          int const ref = top - mx_detail::kFoldShiftMax;  // R, in code units
+          shared.fold_lut[stage][b * kTileM + r] = mx_detail::e2m1_fold_lut(fold ? code - ref : 0);
+          f[b * kTileM + r] = !in_k ? 0.0f
+                              : fold ? __uint_as_float(mx_detail::f32_pow2_bits(ref - 127))
+                                     : mx_detail::e8m0_to_float(uint32_t(code));
+          if (r % mx_detail::kFoldStripRows == 0) shared.fold_mode[stage][b * (kTileM / 16) + r / 16] = fold;
+        }
+      } else {
+        CUTLASS_PRAGMA_UNROLL
+        for (int b = 0; b < mx_detail::kBlocksPerTile; ++b) f[b * kTileM + r] = expand(w, b);
+      }
     }
     float* fc = f + mx_detail::kBlocksPerTile * kTileM;
     CUTLASS_PRAGMA_UNROLL
@@ -322,8 +371,10 @@ struct Sm90MxBlockScaledMma {
   // smem row r of a stage is 64 bytes, 64 B-swizzled by TMA: 16 B chunk j of a row sits at
   // j ^ (address bits 7..8 of the row). The hardware swizzles absolute shared-memory addresses,
   // so the XOR is taken from the row's address, not its index (the buffer need not be 512 B aligned).
+  // Fold: `lut` holds this stage's per-(block, row) conversion LUTs (FoldStorage::fold_lut).
   template <class FragA>
-  CUTLASS_DEVICE static void load_x_block(FragA&& frag, uint8_t const* stage_base, int thread_idx, int block) {
+  CUTLASS_DEVICE static void load_x_block(FragA&& frag, uint8_t const* stage_base, int thread_idx, int block,
+                                          uint64_t const* lut = nullptr) {
     using namespace cute;
     int const q = thread_idx % 4;
     uint32_t const half = (q & 1) ? 0x7632u : 0x5410u;
@@ -339,7 +390,12 @@ struct Sm90MxBlockScaledMma {
         uint32_t const w0 = *reinterpret_cast<uint32_t const*>(row + 4 * (q >> 1));      // k 4q..4q+3
         uint32_t const w1 = *reinterpret_cast<uint32_t const*>(row + 8 + 4 * (q >> 1));  // k 16+4q..
         uint32_t lo, hi;
-        mx_detail::e2m1x8_to_e4m3x8(__byte_perm(w0, w1, half), lo, hi);
+        if constexpr (kFold) {
+          uint64_t const l = lut[block * kTileM + r];
+          mx_detail::e2m1x8_to_e4m3x8(__byte_perm(w0, w1, half), lo, hi, uint32_t(l), uint32_t(l >> 32));
+        } else {
+          mx_detail::e2m1x8_to_e4m3x8(__byte_perm(w0, w1, half), lo, hi);
+        }
         regs(v1) = lo;
         regs(2 + v1) = hi;
       }
@@ -377,7 +433,11 @@ struct Sm90MxBlockScaledMma {
 
     // The packed e2m1 bytes of block b of `stage`, converted into `frag_a` (RS only).
     auto load_x = [&](auto& frag_a, int stage, int b) {
-      load_x_block(frag_a(_, _, b), &shared.smem_A[stage * kTileM * kXBytesPerRow], thread_idx, b);
+      if constexpr (kFold)
+        load_x_block(frag_a(_, _, b), &shared.smem_A[stage * kTileM * kXBytesPerRow], thread_idx, b,
+                     shared.fold_lut[stage]);
+      else
+        load_x_block(frag_a(_, _, b), &shared.smem_A[stage * kTileM * kXBytesPerRow], thread_idx, b);
     };
     // One wgmma of block b of `stage` into `temp`, zero-initialised; the caller commits.
     auto mma_block = [&](auto& temp, int stage, int b, auto& frag_a) {
@@ -400,14 +460,20 @@ struct Sm90MxBlockScaledMma {
       // Keeps the compiler from moving reads of `temp` into the window where the wgmma owns it.
       warpgroup_fence_operand(temp);
     };
-    // acc += temp * col_scale * row_scale for block b of `stage`.
+    // acc += temp * col_scale * row_scale for block b of `stage`. Folded strips (both of a
+    // thread's rows carry the strip's factor) take one FMUL per column instead of one per element.
+    // The warp-uniform branch sits inside the column loop: around the whole loop, the two bodies'
+    // register allocation spilled.
     auto promote = [&](auto& temp, int stage, int b) {
       float const* f = shared.sf_f32[stage];
       float rs[kMmaM][2];
+      bool folded = kFold;
       CUTLASS_PRAGMA_UNROLL
       for (int mi = 0; mi < kMmaM; ++mi) {
-        rs[mi][0] = f[b * kTileM + fragment_row(thread_idx, mi, 0)];
+        int const r0 = fragment_row(thread_idx, mi, 0);
+        rs[mi][0] = f[b * kTileM + r0];
         rs[mi][1] = f[b * kTileM + fragment_row(thread_idx, mi, 1)];
+        if constexpr (kFold) folded = folded && shared.fold_mode[stage][b * (kTileM / 16) + r0 / 16];
       }
       float const* fc = f + mx_detail::kBlocksPerTile * kTileM + (b * 4 + q) * kColStride;
       warpgroup_fence_operand(temp);
@@ -419,21 +485,29 @@ struct Sm90MxBlockScaledMma {
           // slots ni * kAtomN/4 + 2 v2 + {0,1} and 2 (v2+1) + {0,1}: columns 8 v2 + 2q + {0,1}, 8 (v2+1) + ...
           float4 const cs = *reinterpret_cast<float4 const*>(fc + ni * (kAtomN / 4) + 2 * v2);
           float const c[4] = {cs.x, cs.y, cs.z, cs.w};
-          CUTLASS_PRAGMA_UNROLL
-          for (int j = 0; j < 4; ++j) {
-            int const v0 = j % 2, vv2 = v2 + j / 2;
+          // The scale product first, so `temp` (a wgmma accumulator) is only read, never written,
+          // outside the wgmma. (ptxas still serializes this kernel's wgmmas, C7514, when the
+          // promotion reads a temporary under wait<1>: docs/design/sm90_mx_mainloop.md.)
+          auto columns = [&](auto shared_row) {
             CUTLASS_PRAGMA_UNROLL
-            for (int mi = 0; mi < kMmaM; ++mi) {
+            for (int j = 0; j < 4; ++j) {
+              int const v0 = j % 2, vv2 = v2 + j / 2;
               CUTLASS_PRAGMA_UNROLL
-              for (int v1 = 0; v1 < 2; ++v1) {
-                int const v = v0 + 2 * v1 + 4 * vv2;
-                // The scale product first, so `temp` (a wgmma accumulator) is only read, never
-                // written, outside the wgmma. (ptxas still serializes this kernel's wgmmas, C7514,
-                // when the promotion reads a temporary under wait<1>: docs/design/sm90_mx_mainloop.md.)
-                accum(v, mi, ni) = fmaf(temp(v, mi, ni), c[j] * rs[mi][v1], accum(v, mi, ni));
+              for (int mi = 0; mi < kMmaM; ++mi) {
+                float const s0 = c[j] * rs[mi][0];
+                CUTLASS_PRAGMA_UNROLL
+                for (int v1 = 0; v1 < 2; ++v1) {
+                  int const v = v0 + 2 * v1 + 4 * vv2;
+                  float const scale = decltype(shared_row)::value || v1 == 0 ? s0 : c[j] * rs[mi][1];
+                  accum(v, mi, ni) = fmaf(temp(v, mi, ni), scale, accum(v, mi, ni));
+                }
               }
             }
-          }
+          };
+          if (folded)  // warp-uniform: a warp's rows are one strip per mi
+            columns(cute::true_type{});
+          else
+            columns(cute::false_type{});
         }
       }
       warpgroup_fence_operand(accum);

@@ -43,10 +43,12 @@ constexpr int kMaxStages = 16;
 template <class OperandX, class TileShape>
 constexpr int stage_bytes() {
   constexpr int tm = cute::size<0>(TileShape{}), tn = cute::size<1>(TileShape{});
-  constexpr int x_row = std::is_same_v<OperandX, collective::MxOperandE2m1> ? 64 : 128;
+  constexpr bool fold = std::is_same_v<OperandX, collective::MxOperandE2m1Fold>;
+  constexpr int x_row = fold || std::is_same_v<OperandX, collective::MxOperandE2m1> ? 64 : 128;
   constexpr int atoms = (tm <= 128 ? 1 : tm / 128) + (tn <= 128 ? 1 : tn / 128);
   constexpr int floats = 4 * (tm + 4 * (tn / 4 + 4));
-  return tm * x_row + tn * 128 + atoms * 512 + floats * 4 + 16 /* full/empty barriers */;
+  constexpr int fold_bytes = fold ? 4 * tm * 8 + 4 * tm / 16 : 0;  // FoldStorage: LUTs and strip modes
+  return tm * x_row + tn * 128 + atoms * 512 + floats * 4 + fold_bytes + 16 /* full/empty barriers */;
 }
 
 template <class OperandX, class TileShape>
@@ -61,8 +63,10 @@ template <class OperandX, class ElementD, class TileShape, class ClusterShape, c
           int Stages, bool SwapAB>
 struct Sm90MxGemm {
   static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
-  static constexpr bool kE2m1 = std::is_same_v<OperandX, collective::MxOperandE2m1>;
-  static_assert(kE2m1 || std::is_same_v<OperandX, collective::MxOperandE4m3>, "OperandX: MxOperandE4m3 or MxOperandE2m1");
+  static constexpr bool kE2m1 = std::is_same_v<OperandX, collective::MxOperandE2m1> ||
+                                std::is_same_v<OperandX, collective::MxOperandE2m1Fold>;
+  static_assert(kE2m1 || std::is_same_v<OperandX, collective::MxOperandE4m3>,
+                "OperandX: MxOperandE4m3, MxOperandE2m1 or MxOperandE2m1Fold");
   static_assert(!kE2m1 || SwapAB, "e2m1 weights are converted in registers, which only the MMA's A side allows: "
                                   "FP8 x FP4 kernels must be swap-AB (the weight as X)");
   static constexpr int kAccRegs = int(cute::size<0>(TileShape{}) * cute::size<1>(TileShape{})) / (kCooperative ? 256 : 128);
