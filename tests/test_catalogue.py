@@ -154,6 +154,11 @@ def test_any_config_is_valid_and_round_trips_or_raises_config_error_with_a_reaso
         ("sm90a_mxfp8_128x256x64_c1x1_sw8_row_sk2_coop_swapab_bf16route", r"route='bf16' has no split-K"),
         ("sm90a_bf16_128x256x64_c1x1_sw8_row_coop_swapab_bf16route", r"route='bf16' is an MX mainloop option"),
         ("sm100a_mxfp8_128x128x128_c1x1_sw8_row_1sm_bf16route", r"route='bf16' is an sm90a mainloop"),
+        # the fold route's (FP8 x FP4 only; the promotion mainloop's tile rules)
+        ("sm90a_mxfp8_128x128x128_c1x1_sw8_row_coop_swapab_fold", r"route='fold' folds e2m1 weights into e4m3"),
+        ("sm90a_e4m3xe2m1_128x128x128_c1x1_sw8_row_coop_fold", r"FP8 x FP4 kernels must be swap_ab"),
+        ("sm90a_e4m3xe2m1_128x128x64_c1x1_sw8_row_coop_swapab_fold", r"MX kernels need tile_k = 128"),
+        ("sm100a_e4m3xe2m1_128x128x128_c1x1_sw8_row_1sm_fold", r"route='fold' is an sm90a mainloop"),
     ],
 )
 def test_invalid_names_raise_config_error_with_reason(name, match):
@@ -207,6 +212,16 @@ def test_bf16_route_configs_name_their_route():
         assert c.tile[2] == 64 and c.swap_ab
     plain = KernelConfig(tile=(128, 256, 64), dtype="mxfp8", swap_ab=True, route="bf16")
     assert KernelConfig.from_name(plain.name).route == "bf16"
+
+
+def test_the_fold_route_config_names_its_route():
+    # route="fold" is the ``_fold`` token; the fold config refines the promoting FP8 x FP4 tile.
+    folded = [c for c in CATALOGUE if c.route == "fold"]
+    assert [c.dtype for c in folded] == ["e4m3xe2m1"]
+    for c in folded:
+        assert c.name.endswith("_swapab_fold") and KernelConfig.from_name(c.name) == c
+        promote = KernelConfig.from_name(c.name.removesuffix("_fold"))
+        assert promote in CATALOGUE and promote.route == "promote"
 
 
 def test_an_unknown_name_says_which_are_closest():

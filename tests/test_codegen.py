@@ -46,7 +46,7 @@ def test_generate_writes_named_files(tmp_path):
             assert f"sm90a_{cfg.dtype}_gemv.cu" in names and f"{cfg.name}__schedule.cu" not in names
             continue
         assert f"{cfg.name}__schedule.cu" in names
-        if cfg.route == "bf16":  # the bf16 route: one TU holds all of a config's variants
+        if cfg.route != "promote":  # the MX routes: one TU holds all of a config's variants
             assert f"{cfg.name}__variants.cu" in names
             text = (tmp_path / "sm90a" / f"{cfg.name}__variants.cu").read_text()
             assert all(f"__{v.suffix}" in text for v in codegen.variants(cfg))
@@ -142,6 +142,12 @@ def test_every_config_lowers_through_its_family_record():
             assert f"#include \"persistent_gemm/kernel/{low.header}.hpp\"" in tu
             assert f"using ElementD = {ELEMENTS[v.out].cpp};" in tu
             assert f"using Gemm = {low.builder}<" in tu
+            if cfg.route == "fold":  # the fold route: the promotion builder, the folding weight tag
+                from persistent_gemm.library import FOLD_OPERAND_X
+
+                assert f"using OperandX = {FOLD_OPERAND_X};" in tu and "constexpr bool kSwapAB = true;" in tu
+                assert cfg.dtype == "e4m3xe2m1" and cfg.tile[2] == 128 and v.scale == "block" and not v.tma_store
+                continue
             if low.tu == "sm100_mx":  # SM100 MX: the weight's element, the MMA tile, TMA store
                 assert f"using ElementB = {ELEMENTS[low.b].cpp};" in tu
                 assert f"using MmaTileShape = cute::Shape<cute::_{cfg.tile[0]}, cute::_{cfg.tile[1]}, cute::_128>;" in tu

@@ -1,14 +1,19 @@
-"""The exact-fold window of MXFP4 weights (persistent_gemm.fold, groundwork for issue 22's
-fold route): the window is exact and tight, and fold_plan classifies (16-row strip, block) pairs
-by it."""
+"""The exact-fold window of MXFP4 weights (persistent_gemm.fold, the FP8 x FP4 fold route): the
+window is exact and tight, fold_plan classifies (16-row strip, block) pairs by it, kernel_folds
+states the kernel's own rule, and the kernel's conversion tables hold the exact values (a host
+program, tests/host/mx_fold_lut.cu)."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
+from test_mx_host_layout import ROOT, _cutlass, _nvcc
 
 import persistent_gemm as pg
-from persistent_gemm.fold import FOLD_WINDOW, STRIP_ROWS, fold_plan
+from persistent_gemm.fold import FOLD_WINDOW, STRIP_ROWS, fold_plan, kernel_folds
 
 E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=torch.float64)
 E2M1 = torch.cat([E2M1, -E2M1])  # codes 0..15
@@ -138,3 +143,36 @@ def test_a_prepared_fp4_weight_gives_its_fold_window():
     # a meta weight (loaded later) has no bytes to read yet
     with pytest.raises(ValueError, match="materialised"):
         pg.prepare_weight(wq.to("meta"), ws.to("meta"), fmt="fp4").fold_plan()
+
+
+def test_kernel_folds_is_the_window_over_every_code_of_the_strip():
+    # The kernel sees codes, not data: an all-zero block's outlying code and the blocked layout's
+    # tail padding (code 127) count. Strip 0 as in fold_plan's test above; strip 1 is 4 rows.
+    wq, ws = _weight([[[0], [-20, -6, -10], [-20, -5], [100, 90, 95]], [[0], [0], [0], [0]]], rows=20,
+                     zero_blocks=[(0, 0)])
+    codes = ws.view(torch.uint8).clone()
+    codes[0, 0] = 127 + 40          # an all-zero block: fold_plan ignores it, the kernel cannot
+    codes[17, 1] = 255              # NaN in strip 1
+    codes[18, 2] = 127 + 14         # with the padding rows' 127: span 14, still in
+    codes[19, 3] = 127 - 15         # span 15 against the padding: out
+    got = kernel_folds(codes.view(torch.float8_e8m0fnu))
+    assert got.tolist() == [[False, True, False, True], [True, False, True, False]]
+    plan = fold_plan(wq, codes.view(torch.float8_e8m0fnu))
+    assert plan.in_window[0, 0] and not got[0, 0]  # the kernel folds a subset of the plan
+    with pytest.raises(TypeError, match="ws must be 2-D e8m0"):
+        kernel_folds(torch.zeros(4, 4))
+
+
+def test_the_kernels_fold_tables_are_exact(tmp_path):
+    """Every byte of every shifted conversion LUT (collective/mx_block_scales.hpp) is the e4m3 code
+    of e2m1 x 2^j over the whole window, the plain table is j = 0, and the row factors 2^e are
+    exact down to fp32's subnormals: compiled and run on the host."""
+    nvcc, cutlass = _nvcc(), _cutlass()
+    home = Path(nvcc).resolve().parents[1]
+    exe = tmp_path / "mx_fold_lut"
+    cmd = [nvcc, "-std=c++17", "--expt-relaxed-constexpr", f"-I{ROOT / 'include'}", f"-I{cutlass / 'include'}",
+           f"-I{home / 'include' / 'cccl'}", str(ROOT / "tests" / "host" / "mx_fold_lut.cu"), "-o", str(exe)]
+    build = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "mismatches: 0" in run.stdout, run.stdout + run.stderr

@@ -254,7 +254,7 @@ cudaError_t dequantize_mx(DequantizeJob const&, cudaStream_t);
 namespace persistent_gemm::host {
 using namespace persistent_gemm;
 static KernelEntry const kEntries[] = {
-${entries}    {nullptr, DType::BF16, DType::BF16, DType::BF16, true, true, ScaleMode::None, true, false, false, false, false,
+${entries}    {nullptr, DType::BF16, DType::BF16, DType::BF16, true, true, ScaleMode::None, true, false, false, false, MxRoute::Promote,
      {0, 0, 0, 1, 1, KernelStyle::Cooperative, 1}, nullptr, nullptr},
 };
 static ScheduleEntry const kSchedules[] = {
