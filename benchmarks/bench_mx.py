@@ -251,19 +251,19 @@ def contenders(op: str, humming) -> dict:
 
     def ours(c):
         pw = prepare(c["wq"], c["ws"], fmt=PREPARE_FMT[op])
-        return lambda: fn(c["xq"], c["xs"], pw, out_dtype=bf16)
+        return lambda: fn(c["xq"], pw, c["xs"], out_dtype=bf16)
 
-    plain = lambda c: (lambda: fn(c["xq"], c["xs"], c["wq"].t(), c["ws"], out_dtype=bf16))
+    plain = lambda c: (lambda: fn(c["xq"], c["wq"].t(), c["xs"], c["ws"], out_dtype=bf16))
     out = {"ours": (ours, mx_w)} if prepare is not None else {"ours": (plain, mx_w)}
     if prepare is not None:
         out["ours_plain"] = (plain, mx_w)
     if PROMOTE_CONFIG[op] in built:
-        out["ours_promote"] = (lambda c: (lambda: fn(c["xq"], c["xs"], c["wq"].t(), c["ws"], out_dtype=bf16,
+        out["ours_promote"] = (lambda c: (lambda: fn(c["xq"], c["wq"].t(), c["xs"], c["ws"], out_dtype=bf16,
                                                      config=PROMOTE_CONFIG[op])), mx_w)
     if FOLD_CONFIG.get(op) in built and prepare is not None:
         def fold(c):
             pw = prepare(c["wq"], c["ws"], fmt=PREPARE_FMT[op])
-            return lambda: fn(c["xq"], c["xs"], pw, out_dtype=bf16, config=FOLD_CONFIG[op])
+            return lambda: fn(c["xq"], pw, c["xs"], out_dtype=bf16, config=FOLD_CONFIG[op])
         out["ours_fold"] = (fold, mx_w)
     dq = getattr(torch.ops.persistent_gemm, "dequantize_mx", None)
     if dq is not None:

@@ -60,7 +60,7 @@ def main() -> int:
                 [lambda x=x: pg.quantize_mxfp8(x) for x in xs],
                 [lambda x=x: compiled(x) for x in xs],
                 [lambda x=x: quantize_mxfp8_reference(x) for x in xs],
-                [lambda q=q: pg.mxfp8_mm(q[0], q[1], weight) for q in qs],
+                [lambda q=q: pg.mxfp8_mm(q[0], weight, q[1]) for q in qs],
             ]
             times = replay_times(calls, args.reps, args.inner)
             kern, comp, eager, gemm = (statistics.median(t) for t in times)

@@ -40,9 +40,9 @@ def mx_cases(cfg: str, m: int, n: int, k: int):
     wq, ws = (pg.quantize_mxfp4 if fp4 else pg.quantize_mxfp8)(torch.randn(n, k, device="cuda"))
     wd = (pg.dequantize_mxfp4 if fp4 else pg.dequantize_mxfp8)(wq, ws)
     ref = pg.dequantize_mxfp8(xq, xs).double() @ wd.double().t()
-    yield "plain", lambda: op(xq, xs, wq.t(), ws, config=cfg), ref
+    yield "plain", lambda: op(xq, wq.t(), xs, ws, config=cfg), ref
     if hasattr(pg, "prepare_weight"):  # prepared inside the call: its refusals are skips too
-        yield "prepared", lambda: op(xq, xs, pg.prepare_weight(wq, ws, fmt=fmt), config=cfg), ref
+        yield "prepared", lambda: op(xq, pg.prepare_weight(wq, ws, fmt=fmt), xs, config=cfg), ref
 
 
 def main() -> int:

@@ -88,15 +88,22 @@ void check_block_scale(char const* op, char const* arg, at::Tensor const& s, int
 }
 
 // Ranks, devices and dtypes shared by the two MX ops (a is always e4m3 with e8m0 scales).
-void check_block_scaled_operands(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
-                                 at::Tensor const& b, at::Tensor const& b_scale, char const* b_shape,
+void check_block_scaled_operands(char const* op, at::Tensor const& a, at::Tensor const& b,
+                                 at::Tensor const& scale_a, at::Tensor const& scale_b, char const* b_shape,
                                  at::ScalarType b_dtype) {
+  // The MX ops take torch._scaled_mm's order, operands first; an e8m0 tensor in an operand's slot
+  // is the (a, a_scale, b, b_scale) order of persistent_gemm 0.1: say so before any shape rule.
+  for (auto const& [name, t] : {std::pair<char const*, at::Tensor const&>{"b", b}, {"a", a}})
+    TORCH_CHECK_TYPE(!t.defined() || t.scalar_type() != at::kFloat8_e8m0fnu,
+                     msg(op, " takes (a, b, scale_a, scale_b), torch._scaled_mm's order: operands first, then their "
+                         "scales; got an e8m0 scale tensor as ", name,
+                         " (the (a, a_scale, b, b_scale) order of persistent_gemm 0.1 is gone)"));
   check_2d(op, "a", a, "(M, K)");
   check_2d(op, "b", b, b_shape);
   check_device_kind(op, a);
   check_same_device(op, a, "b", b);
-  check_same_device(op, a, "a_scale", a_scale);
-  check_same_device(op, a, "b_scale", b_scale);
+  check_same_device(op, a, "scale_a", scale_a);
+  check_same_device(op, a, "scale_b", scale_b);
   check_dtype(op, "a", a, at::kFloat8_e4m3fn);
   check_dtype(op, "b", b, b_dtype);
 }
@@ -114,7 +121,7 @@ ScaleLayouts parse_scale_layouts(char const* op, c10::string_view layout,
                                  std::optional<c10::string_view> b_layout) {
   ScaleLayout const a = parse_scale_layout(op, layout, "scale_layout");
   if (!b_layout) return {a, a, "scale_layout"};
-  return {a, parse_scale_layout(op, *b_layout, "b_scale_layout"), "b_scale_layout"};
+  return {a, parse_scale_layout(op, *b_layout, "scale_b_layout"), "scale_b_layout"};
 }
 
 namespace {
@@ -233,24 +240,24 @@ Problem check_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b
   return {m, n, a.size(1), resolve_out(op, out_dtype, at::kBFloat16)};
 }
 
-Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
-                       at::Tensor const& b, at::Tensor const& b_scale,
+Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
+                       at::Tensor const& scale_a, at::Tensor const& scale_b,
                        std::optional<at::ScalarType> out_dtype, ScaleLayouts layout) {
-  check_block_scaled_operands(op, a, a_scale, b, b_scale, "(K, N)", at::kFloat8_e4m3fn);
+  check_block_scaled_operands(op, a, b, scale_a, scale_b, "(K, N)", at::kFloat8_e4m3fn);
   TORCH_CHECK_VALUE(a.size(1) == b.size(0), msg(op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
                     b.sizes(), "; their K extents differ"));
   check_row_major(op, "a", a, "row-major (M, K)");
   check_col_major(op, "b", b, "column-major (K, N)");
   int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
-  check_block_scale(op, "a_scale", a_scale, m, "M", k, layout.a, "scale_layout");
-  check_block_scale(op, "b_scale", b_scale, n, "N", k, layout.b, layout.b_arg);
+  check_block_scale(op, "scale_a", scale_a, m, "M", k, layout.a, "scale_layout");
+  check_block_scale(op, "scale_b", scale_b, n, "N", k, layout.b, layout.b_arg);
   return {m, n, k, resolve_out(op, out_dtype, at::kBFloat16)};
 }
 
-Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
-                         at::Tensor const& b, at::Tensor const& b_scale,
+Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
+                         at::Tensor const& scale_a, at::Tensor const& scale_b,
                          std::optional<at::ScalarType> out_dtype, ScaleLayouts layout) {
-  check_block_scaled_operands(op, a, a_scale, b, b_scale, "(K/2, N) of packed e2m1 pairs",
+  check_block_scaled_operands(op, a, b, scale_a, scale_b, "(K/2, N) of packed e2m1 pairs",
                               at::kFloat4_e2m1fn_x2);
   int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
   TORCH_CHECK_VALUE(k % kMxBlock == 0, msg(op, ": K = ", k,
@@ -263,8 +270,8 @@ Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& 
                     "K/2 = ", k / 2, " (a's K = ", k, " halved), got ", b.sizes()));
   check_row_major(op, "a", a, "row-major (M, K)");
   check_col_major(op, "b", b, "column-major (K/2, N)");
-  check_block_scale(op, "a_scale", a_scale, m, "M", k, layout.a, "scale_layout");
-  check_block_scale(op, "b_scale", b_scale, n, "N", k, layout.b, layout.b_arg);
+  check_block_scale(op, "scale_a", scale_a, m, "M", k, layout.a, "scale_layout");
+  check_block_scale(op, "scale_b", scale_b, n, "N", k, layout.b, layout.b_arg);
   return {m, n, k, resolve_out(op, out_dtype, at::kBFloat16)};
 }
 

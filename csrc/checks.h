@@ -21,7 +21,7 @@ enum class ScaleKind { Tensorwise, Rowwise };
 // (rows, ceil(K/32)), or the 128x4-tile "blocked" layout block-scaled tensor cores read.
 enum class ScaleLayout { Plain, Blocked };
 ScaleLayout parse_scale_layout(char const* op, c10::string_view layout, char const* arg = "scale_layout");
-// The layouts of a_scale and b_scale: `scale_layout` for both unless `b_scale_layout` is given
+// The layouts of scale_a and scale_b: `scale_layout` for both unless `scale_b_layout` is given
 // (a prepared weight's blocked scales beside per-call plain activation scales).
 struct ScaleLayouts {
   ScaleLayout a, b;
@@ -37,12 +37,12 @@ Problem check_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b
                         at::Tensor const& scale_a, at::Tensor const& scale_b,
                         std::optional<at::ScalarType> out_dtype, ScaleKind& kind);
 
-Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
-                       at::Tensor const& b, at::Tensor const& b_scale,
+Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
+                       at::Tensor const& scale_a, at::Tensor const& scale_b,
                        std::optional<at::ScalarType> out_dtype, ScaleLayouts layout);
 
-Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& a_scale,
-                         at::Tensor const& b, at::Tensor const& b_scale,
+Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
+                         at::Tensor const& scale_a, at::Tensor const& scale_b,
                          std::optional<at::ScalarType> out_dtype, ScaleLayouts layout);
 
 // `config` must name a catalogue entry of the given dtype family ("bf16"/"fp16" for mm,

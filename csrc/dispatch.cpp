@@ -203,8 +203,8 @@ struct MxScales {
   at::Tensor a, b;
 };
 // keep_a: the kernel reads a's scales as they come (the Gemv style): only b's are relaid.
-MxScales blocked_scales(char const* op, ArchModule const& mod, at::Tensor const& a_scale, int64_t m,
-                        at::Tensor const& b_scale, int64_t n, int64_t k, ScaleLayouts layouts, cudaStream_t stream,
+MxScales blocked_scales(char const* op, ArchModule const& mod, at::Tensor const& scale_a, int64_t m,
+                        at::Tensor const& scale_b, int64_t n, int64_t k, ScaleLayouts layouts, cudaStream_t stream,
                         bool keep_a = false) {
   int64_t const blocks = mx_blocks(k);
   ScaleRelayout jobs[2];
@@ -216,7 +216,7 @@ MxScales blocked_scales(char const* op, ArchModule const& mod, at::Tensor const&
                      static_cast<uint8_t*>(out.data_ptr())};
     return out;
   };
-  MxScales out{keep_a ? a_scale : prepare(a_scale, m, layouts.a), prepare(b_scale, n, layouts.b)};
+  MxScales out{keep_a ? scale_a : prepare(scale_a, m, layouts.a), prepare(scale_b, n, layouts.b)};
   if (count) {
     cudaError_t const err = mod.table->scale_to_blocked(jobs, count, stream);
     TORCH_CHECK(err == cudaSuccess, msg(op, ": scale relayout failed: ", cudaGetErrorString(err)));
@@ -238,7 +238,7 @@ at::Tensor k_padded_copy(at::Tensor const& rows_by_k, int64_t kp_bytes) {
 // `layouts`).
 struct Operands {
   at::Tensor a, w, scale_a, scale_b;
-  ScaleLayouts layouts{ScaleLayout::Plain, ScaleLayout::Plain, "b_scale_layout"};
+  ScaleLayouts layouts{ScaleLayout::Plain, ScaleLayout::Plain, "scale_b_layout"};
 };
 
 Request request_for(Problem const& p, DType a, DType b, ScaleMode scale, std::optional<c10::string_view> config) {
@@ -446,44 +446,44 @@ namespace {
 // The MX ops after their checks, as mm_cuda / scaled_mm_cuda do theirs: `w` is the weight as
 // (N, K) rows (e4m3, or packed e2m1 (N, K/2) bytes), i.e. b^T, of element type `b_dtype`.
 at::Tensor run_mx(char const* op, Problem const& p, DType b_dtype, std::optional<c10::string_view> config,
-                  at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& w, at::Tensor const& b_scale,
+                  at::Tensor const& a, at::Tensor const& scale_a, at::Tensor const& w, at::Tensor const& scale_b,
                   ScaleLayouts layouts, Epilogue const& epi) {
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
   auto const& mod = require_arch(op, a);
   Request req = request_for(p, DType::E4M3, b_dtype, ScaleMode::Block32, config);
-  return launch(op, mod, req, Operands{a, w, a_scale, b_scale, layouts}, p, epi);
+  return launch(op, mod, req, Operands{a, w, scale_a, scale_b, layouts}, p, epi);
 }
 
 }  // namespace
 
-at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
-                         at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                         at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                          c10::string_view scale_layout, std::optional<c10::string_view> config,
-                         std::optional<c10::string_view> b_scale_layout, std::optional<at::Tensor> const& bias) {
+                         std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
   char const* op = "persistent_gemm.mxfp8_mm";
-  auto const layouts = parse_scale_layouts(op, scale_layout, b_scale_layout);
-  auto const p = check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype, layouts);
+  auto const layouts = parse_scale_layouts(op, scale_layout, scale_b_layout);
+  auto const p = check_mxfp8_mm(op, a, b, scale_a, scale_b, out_dtype, layouts);
   check_config(op, config, {"mxfp8"});
   auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
   if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
-    return mxfp8_mm_cpu(a, a_scale, b, b_scale, out_dtype, scale_layout, std::nullopt, b_scale_layout, bias);
-  return run_mx(op, p, DType::E4M3, config, a, a_scale, b.t(), b_scale, layouts, epi);
+    return mxfp8_mm_cpu(a, b, scale_a, scale_b, out_dtype, scale_layout, std::nullopt, scale_b_layout, bias);
+  return run_mx(op, p, DType::E4M3, config, a, scale_a, b.t(), scale_b, layouts, epi);
 }
 
-at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
-                           at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                           at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                            c10::string_view scale_layout, std::optional<c10::string_view> config,
-                           std::optional<c10::string_view> b_scale_layout, std::optional<at::Tensor> const& bias) {
+                           std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
   char const* op = "persistent_gemm.fp8_fp4_mm";
-  auto const layouts = parse_scale_layouts(op, scale_layout, b_scale_layout);
-  auto const p = check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype, layouts);
+  auto const layouts = parse_scale_layouts(op, scale_layout, scale_b_layout);
+  auto const p = check_fp8_fp4_mm(op, a, b, scale_a, scale_b, out_dtype, layouts);
   check_config(op, config, {"e4m3xe2m1"});
   auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
   if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
-    return fp8_fp4_mm_cpu(a, a_scale, b, b_scale, out_dtype, scale_layout, std::nullopt, b_scale_layout, bias);
-  return run_mx(op, p, DType::E2M1, config, a, a_scale, b.t(), b_scale, layouts, epi);
+    return fp8_fp4_mm_cpu(a, b, scale_a, scale_b, out_dtype, scale_layout, std::nullopt, scale_b_layout, bias);
+  return run_mx(op, p, DType::E2M1, config, a, scale_a, b.t(), scale_b, layouts, epi);
 }
 
 }  // namespace persistent_gemm

@@ -20,14 +20,14 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
                           at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
                           std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias,
                           double alpha, double beta);
-at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
-                         at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                         at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                          c10::string_view scale_layout, std::optional<c10::string_view> config,
-                         std::optional<c10::string_view> b_scale_layout, std::optional<at::Tensor> const& bias);
-at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
-                           at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+                         std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias);
+at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                           at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                            c10::string_view scale_layout, std::optional<c10::string_view> config,
-                           std::optional<c10::string_view> b_scale_layout, std::optional<at::Tensor> const& bias);
+                           std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias);
 
 // Tests only: fill each kernel's output buffer with NaN before the launch.
 void set_poison_outputs(bool on);

@@ -82,31 +82,31 @@ at::Tensor scaled_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor co
   return epilogue_reference(acc, epi, p.out_dtype);
 }
 
-at::Tensor mxfp8_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
-                        at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+at::Tensor mxfp8_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                        at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                         c10::string_view scale_layout, std::optional<c10::string_view> config,
-                        std::optional<c10::string_view> b_scale_layout, std::optional<at::Tensor> const& bias) {
+                        std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
   char const* op = "persistent_gemm.mxfp8_mm";
-  auto const layout = parse_scale_layouts(op, scale_layout, b_scale_layout);
-  auto const p = check_mxfp8_mm(op, a, a_scale, b, b_scale, out_dtype, layout);
+  auto const layout = parse_scale_layouts(op, scale_layout, scale_b_layout);
+  auto const p = check_mxfp8_mm(op, a, b, scale_a, scale_b, out_dtype, layout);
   check_config(op, config, {"mxfp8"});
   auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
-  auto const da = a.to(at::kFloat) * block_scale_factors(a_scale, p.m, p.k, layout.a);
-  auto const db = b.t().to(at::kFloat) * block_scale_factors(b_scale, p.n, p.k, layout.b);  // (N, K)
+  auto const da = a.to(at::kFloat) * block_scale_factors(scale_a, p.m, p.k, layout.a);
+  auto const db = b.t().to(at::kFloat) * block_scale_factors(scale_b, p.n, p.k, layout.b);  // (N, K)
   return epilogue_reference(at::mm(da, db.t()), epi, p.out_dtype);
 }
 
-at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
-                          at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                           c10::string_view scale_layout, std::optional<c10::string_view> config,
-                          std::optional<c10::string_view> b_scale_layout, std::optional<at::Tensor> const& bias) {
+                          std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
   char const* op = "persistent_gemm.fp8_fp4_mm";
-  auto const layout = parse_scale_layouts(op, scale_layout, b_scale_layout);
-  auto const p = check_fp8_fp4_mm(op, a, a_scale, b, b_scale, out_dtype, layout);
+  auto const layout = parse_scale_layouts(op, scale_layout, scale_b_layout);
+  auto const p = check_fp8_fp4_mm(op, a, b, scale_a, scale_b, out_dtype, layout);
   check_config(op, config, {"e4m3xe2m1"});
   auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
-  auto const da = a.to(at::kFloat) * block_scale_factors(a_scale, p.m, p.k, layout.a);
-  auto const db = unpack_e2m1(b.t()) * block_scale_factors(b_scale, p.n, p.k, layout.b);  // (N, K)
+  auto const da = a.to(at::kFloat) * block_scale_factors(scale_a, p.m, p.k, layout.a);
+  auto const db = unpack_e2m1(b.t()) * block_scale_factors(scale_b, p.n, p.k, layout.b);  // (N, K)
   return epilogue_reference(at::mm(da, db.t()), epi, p.out_dtype);
 }
 
@@ -210,14 +210,14 @@ using MxSig = at::Tensor(at::Tensor const&, at::Tensor const&, at::Tensor const&
                          std::optional<c10::string_view>, std::optional<at::Tensor> const&);
 
 template <char const* Name, char const* Schema>
-at::Tensor mx_autograd(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b, at::Tensor const& b_scale,
+at::Tensor mx_autograd(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a, at::Tensor const& scale_b,
                        std::optional<at::ScalarType> out_dtype, c10::string_view scale_layout,
-                       std::optional<c10::string_view> config, std::optional<c10::string_view> b_scale_layout,
+                       std::optional<c10::string_view> config, std::optional<c10::string_view> scale_b_layout,
                        std::optional<at::Tensor> const& bias) {
-  refuse_grad(Name, {{"a", &a}, {"a_scale", &a_scale}, {"b", &b}, {"b_scale", &b_scale}, {"bias", &or_none(bias)}});
+  refuse_grad(Name, {{"a", &a}, {"b", &b}, {"scale_a", &scale_a}, {"scale_b", &scale_b}, {"bias", &or_none(bias)}});
   at::AutoDispatchBelowADInplaceOrView below;
   static auto const op = c10::Dispatcher::singleton().findSchemaOrThrow(Schema, "").typed<MxSig>();  // per op
-  return op.call(a, a_scale, b, b_scale, out_dtype, scale_layout, config, b_scale_layout, bias);
+  return op.call(a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
 }
 constexpr char kMxfp8Name[] = "persistent_gemm.mxfp8_mm";
 constexpr char kMxfp8Schema[] = "persistent_gemm::mxfp8_mm";
@@ -239,14 +239,14 @@ TORCH_LIBRARY(persistent_gemm, m) {
       "scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, ScalarType? out_dtype=None, "
       "bool use_fast_accum=False, str? config=None, Tensor? bias=None, float alpha=1., float beta=1.) -> Tensor");
   // scale_layout: 'plain' (rows, ceil(K/32)) or 'blocked' (128x4 tiles); stated, never guessed.
-  // b_scale_layout (None: scale_layout) lets a prepared weight's blocked scales meet per-call
+  // scale_b_layout (None: scale_layout) lets a prepared weight's blocked scales meet per-call
   // plain activation scales.
   m.def(
-      "mxfp8_mm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType? out_dtype=None, "
-      "str scale_layout='plain', str? config=None, str? b_scale_layout=None, Tensor? bias=None) -> Tensor");
+      "mxfp8_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, ScalarType? out_dtype=None, "
+      "str scale_layout='plain', str? config=None, str? scale_b_layout=None, Tensor? bias=None) -> Tensor");
   m.def(
-      "fp8_fp4_mm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType? out_dtype=None, "
-      "str scale_layout='plain', str? config=None, str? b_scale_layout=None, Tensor? bias=None) -> Tensor");
+      "fp8_fp4_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, ScalarType? out_dtype=None, "
+      "str scale_layout='plain', str? config=None, str? scale_b_layout=None, Tensor? bias=None) -> Tensor");
   // The GPU kernel of persistent_gemm.quantize_mxfp8 (quant.py, which defines it and runs it on
   // the CPU): (rows, K) float -> e4m3 data and plain (rows, ceil(K/32)) e8m0 scales.
   m.def("quantize_mxfp8(Tensor x, str rule='floor') -> (Tensor, Tensor)");

@@ -15,15 +15,15 @@ at::Tensor scaled_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor co
                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
                          std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias = std::nullopt,
                          double alpha = 1.0, double beta = 1.0);
-at::Tensor mxfp8_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
-                        at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+at::Tensor mxfp8_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                        at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                         c10::string_view scale_layout, std::optional<c10::string_view> config,
-                        std::optional<c10::string_view> b_scale_layout,
+                        std::optional<c10::string_view> scale_b_layout,
                         std::optional<at::Tensor> const& bias = std::nullopt);
-at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& a_scale, at::Tensor const& b,
-                          at::Tensor const& b_scale, std::optional<at::ScalarType> out_dtype,
+at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                           c10::string_view scale_layout, std::optional<c10::string_view> config,
-                          std::optional<c10::string_view> b_scale_layout,
+                          std::optional<c10::string_view> scale_b_layout,
                         std::optional<at::Tensor> const& bias = std::nullopt);
 
 }  // namespace persistent_gemm

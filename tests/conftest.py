@@ -281,7 +281,7 @@ FP16_SAFE_SCALES = (115, 12)
 
 def mxfp8_operands(m, n, k, seed=0, device="cpu", center=127, spread=20):
     """mxfp8_mm operands with random e4m3 data and wide-range random scales: a (M, K),
-    a_scale (M, ceil(K/32)), b (K, N) column-major, b_scale (N, ceil(K/32)). For fp16 output
+    scale_a (M, ceil(K/32)), b (K, N) column-major, scale_b (N, ceil(K/32)). For fp16 output
     pass ``*FP16_SAFE_SCALES`` (the default range overflows it)."""
     a = fp8_operand(m, k, True, seed, device)
     b = fp8_operand(k, n, False, seed + 1, device)
@@ -465,6 +465,20 @@ def reference(op: str, args) -> torch.Tensor:
 
 def op_fn(op: str):
     return getattr(torch.ops.persistent_gemm, op).default
+
+
+def call_args(op: str, args: tuple) -> tuple:
+    """``args`` in the op's positional order. The tests keep an MX operand with its scale,
+    ``(a, scale_a, b, scale_b)`` (or ``(a, scale_a, prepared_weight)``); the MX ops take
+    torch._scaled_mm's order, ``(a, b, scale_a, scale_b)`` (``(a, prepared_weight, scale_a)``).
+    Other ops' tuples are already in their order."""
+    if op not in ("mxfp8_mm", "fp8_fp4_mm"):
+        return tuple(args)
+    if len(args) == 3:
+        a, sa, pw = args
+        return a, pw, sa
+    a, sa, b, sb, *rest = args
+    return (a, b, sa, sb, *rest)
 
 
 # -- sample inputs --------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 from conftest import (
+    call_args,
     ARCH,
     built_configs,
     e8m0_scales,
@@ -33,7 +34,7 @@ MX_FAMILY = {"mxfp8_mm": "mxfp8", "fp8_fp4_mm": "e4m3xe2m1"}
 #: Accumulation error an SM90 MX kernel may add beyond the output rounding: FP8 wgmma sums of
 #: each 32-deep block carry ~2^-13 relative error before the fp32 promotion (flat in K).
 MX_FLOOR = fp8_accum_floor(0, fast_accum=False)
-#: name -> (scale_layout, b_scale_layout) of the call; "mixed": a plain, b blocked.
+#: name -> (scale_layout, scale_b_layout) of the call; "mixed": a plain, b blocked.
 LAYOUTS = {"plain": ("plain", None), "blocked": ("blocked", None), "mixed": ("plain", "blocked"),
            "mixed_rev": ("blocked", "plain")}
 
@@ -64,7 +65,7 @@ def mx_built(op: str) -> bool:
 
 def mx_operands(op: str, m: int, n: int, k: int, seed: int = 0, device="cuda", scales=(127, 20),
                 b_scales: Optional[tuple] = None):
-    """(a, a_scale, b, b_scale) of ``op`` with plain scales: random data, wide-range random e8m0
+    """(a, scale_a, b, scale_b) of ``op`` with plain scales: random data, wide-range random e8m0
     codes ``scales = (center, spread)`` (both extremes in every row); ``b_scales`` gives b its own
     range."""
     factory = mxfp8_operands if op == "mxfp8_mm" else fp8_fp4_operands
@@ -75,7 +76,7 @@ def mx_operands(op: str, m: int, n: int, k: int, seed: int = 0, device="cuda", s
 
 
 def quantized_operands(op: str, m: int, n: int, k: int, seed: int = 0, device="cuda"):
-    """(a, a_scale, b, b_scale) from the quantizers on randn data (a realistic spread)."""
+    """(a, scale_a, b, scale_b) from the quantizers on randn data (a realistic spread)."""
     x = torch.randn(m, k, generator=torch.Generator(device=device).manual_seed(seed), device=device)
     w = torch.randn(n, k, generator=torch.Generator(device=device).manual_seed(seed + 1), device=device)
     xq, xs = pg.quantize_mxfp8(x)
@@ -84,19 +85,19 @@ def quantized_operands(op: str, m: int, n: int, k: int, seed: int = 0, device="c
 
 
 def with_layout(args, layout: str):
-    """The call's (a, a_scale, b, b_scale) and layout kwargs for plain-scaled ``args``."""
+    """The call's (a, scale_a, b, scale_b) and layout kwargs for plain-scaled ``args``."""
     a, sa, b, sb = args
     sl, bsl = LAYOUTS[layout]
     a_s = pg.to_blocked(sa) if sl == "blocked" else sa
     b_s = pg.to_blocked(sb) if (bsl or sl) == "blocked" else sb
     kw = {"scale_layout": sl}
     if bsl is not None:
-        kw["b_scale_layout"] = bsl
+        kw["scale_b_layout"] = bsl
     return (a, a_s, b, b_s), kw
 
 
 def mx_call(op: str, args, **kwargs) -> torch.Tensor:
-    return getattr(pg, op)(*args, **kwargs)
+    return getattr(pg, op)(*call_args(op, args), **kwargs)
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import persistent_gemm as pg
-from conftest import (error_bound, fp8_pair, fp32_scales, nth_sample, op_fn, randn, reference, rel_err,
+from conftest import (call_args, error_bound, fp8_pair, fp32_scales, nth_sample, op_fn, randn, reference, rel_err,
                       rounding_err, default_out_dtype)
 
 if not pg.extension_available():
@@ -44,14 +44,14 @@ def test_bias_reference_matches_float64(op, index):
     bias = bias_for(op, args, kwargs)
     alpha, beta = SCALARS.get(op, (1.0, 1.0))
     extra = {"alpha": alpha, "beta": beta} if op in SCALARS else {}
-    out = op_fn(op)(*args, **kwargs, bias=bias, **extra)
+    out = op_fn(op)(*call_args(op, args), **kwargs, bias=bias, **extra)
     ref = expected(op, args, bias, alpha, beta)
     assert out.dtype == bias.dtype and out.shape == ref.shape
     # One rounding of the fp32 sum: within 2x the float64 result's own rounding error.
     err, bound = rel_err(out, ref), error_bound(rounding_err(ref, out.dtype), 1e-5)
     assert err <= bound, f"rel err {err:.3g} > {bound:.3g}"
     # ... and the bias really went in: without it the answer is far off.
-    assert rel_err(op_fn(op)(*args, **kwargs), ref) > 10 * bound
+    assert rel_err(op_fn(op)(*call_args(op, args), **kwargs), ref) > 10 * bound
 
 
 def test_beta_zero_ignores_the_bias_even_nan():
@@ -91,7 +91,7 @@ def test_bias_errors():
         pg.scaled_mm(xa, xb, sa, sb, bias=torch.zeros(xb.shape[1]))
     (qa, qs, qb, qbs), _ = nth_sample("mxfp8_mm", 0)
     with pytest.raises(ValueError, match=r"mxfp8_mm: bias must be a 1-D tensor"):
-        pg.mxfp8_mm(qa, qs, qb, qbs, bias=torch.zeros(3, dtype=torch.bfloat16))
+        pg.mxfp8_mm(qa, qb, qs, qbs, bias=torch.zeros(3, dtype=torch.bfloat16))
 
 
 def test_fake_kernels_check_the_bias():
@@ -117,9 +117,9 @@ def test_opcheck_with_bias(op):
     if op == "mm":
         args = tuple(t.requires_grad_() for t in args)
         kwargs["bias"].requires_grad_()
-        torch.library.opcheck(op_fn(op), args, kwargs)
+        torch.library.opcheck(op_fn(op), call_args(op, args), kwargs)
         return
-    torch.library.opcheck(op_fn(op), args, kwargs,
+    torch.library.opcheck(op_fn(op), call_args(op, args), kwargs,
                           test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
 
 

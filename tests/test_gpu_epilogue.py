@@ -11,6 +11,7 @@ Split-K configs must stay bitwise reproducible with a bias (the reducer adds it 
 import pytest
 import torch
 from conftest import (
+    call_args,
     ARCH,
     E4M3,
     FP8_FLOOR,
@@ -71,7 +72,7 @@ def _floor(fam: str, name: str, k: int) -> float:
 def _run(op, args, out_dtype, name, bias, scalars):
     fn = getattr(pg, op)
     extra = {"use_fast_accum": config_is_fast_accum(name)} if op == "scaled_mm" else {}
-    return fn(*args, out_dtype=out_dtype, config=name, bias=bias, **scalars, **extra)
+    return fn(*call_args(op, args), out_dtype=out_dtype, config=name, bias=bias, **scalars, **extra)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=ids)

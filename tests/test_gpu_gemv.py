@@ -38,7 +38,7 @@ def run(op, args, out_dtype=BF16, layout="plain", config=None, prepared=False, c
     call, kw = with_layout(args, layout)
     if prepared:
         call = (call[0], call[1], pg.prepare_weight(args[2].t(), args[3], fmt=FMT[op]))
-        kw.pop("b_scale_layout", None)
+        kw.pop("scale_b_layout", None)
     m, n = args[0].shape[0], args[2].shape[1]
     out = poisoned(lambda: mx_call(op, call, out_dtype=out_dtype, config=config, **kw), m, n, out_dtype)
     if check:
@@ -158,7 +158,7 @@ def test_graph_capture_and_replay(op):
 def test_compile_fullgraph(op):
     args = mx_operands(op, 3, 1000, 1024, seed=15)
     pw = pg.prepare_weight(args[2].t(), args[3], fmt=FMT[op])
-    fn = torch.compile(lambda x, xs: getattr(pg, op)(x, xs, pw), fullgraph=True)
+    fn = torch.compile(lambda x, xs: getattr(pg, op)(x, pw, xs), fullgraph=True)
     check_mx(op, fn(args[0], args[1]), args, BF16)
 
 

@@ -15,6 +15,7 @@ import re
 import pytest
 import torch
 from conftest import (
+    call_args,
     FP16_SAFE_SCALES,
     FP4X2,
     catalogue_config,
@@ -297,9 +298,9 @@ def test_mx_prepared_weight(op, mnk, a_layout):
             continue
         got = mx_call(op, (a, a_s, pw), out_dtype=FP32, scale_layout=a_layout, config=name)
         for b_layout, b_s in (("plain", sb), ("blocked", pg.to_blocked(sb))):
-            want = mx_call(op, (a, a_s, b, b_s), out_dtype=FP32, scale_layout=a_layout, b_scale_layout=b_layout,
+            want = mx_call(op, (a, a_s, b, b_s), out_dtype=FP32, scale_layout=a_layout, scale_b_layout=b_layout,
                            config=name)
-            torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"{name}, b_scale {b_layout}")
+            torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"{name}, scale_b {b_layout}")
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -357,8 +358,8 @@ _OPCHECK_UTILS = ("test_autograd_registration", "test_faketensor", "test_aot_dis
 def test_mx_opcheck_layouts(op, layout):
     args = mx_operands(op, 33, 100, K_SMALL[op], seed=12)
     (a, sa, b, sb), kw = with_layout(args, layout)
-    # Schema order: a, a_scale, b, b_scale, out_dtype, scale_layout, config, b_scale_layout.
-    full = (a, sa, b, sb, FP32, kw["scale_layout"], None, kw.get("b_scale_layout"))
+    # Schema order: a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout.
+    full = (a, b, sa, sb, FP32, kw["scale_layout"], None, kw.get("scale_b_layout"))
     torch.library.opcheck(op_fn(op), full, {}, test_utils=_OPCHECK_UTILS)
 
 
@@ -366,13 +367,13 @@ def test_mx_opcheck_layouts(op, layout):
 @pytest.mark.parametrize("op", OPS)
 def test_mx_compile_fullgraph_layouts(op, layout):
     args = mx_operands(op, 129, 96, K_MID[op], seed=13)
-    call_args, kw = with_layout(args, layout)
+    call_args_, kw = with_layout(args, layout)
     torch._dynamo.reset()
     wrapper = getattr(pg, op)
     f = torch.compile(lambda *xs: wrapper(*xs, out_dtype=FP32, **kw) * 2, fullgraph=True)  # * 2: exact
-    out = f(*call_args) / 2
+    out = f(*call_args(op, call_args_)) / 2
     check_mx(op, out, args, FP32)
-    torch.testing.assert_close(out, mx_call(op, call_args, out_dtype=FP32, **kw), rtol=0, atol=0)
+    torch.testing.assert_close(out, mx_call(op, call_args_, out_dtype=FP32, **kw), rtol=0, atol=0)
 
 
 # -- determinism and long K -----------------------------------------------------------------------
@@ -440,20 +441,20 @@ def test_mx_operand_strides_cuda(op):
 def test_mx_errors_cuda(op):
     m, n, k = 8, 6, 64
     a, sa, b, sb = mx_operands(op, m, n, k, seed=17)
-    f = getattr(pg, op)
-    raises(ValueError, ["a_scale", r"\(8, 2\)"], f, a, sa[:, :1], b, sb)
-    raises(ValueError, ["b_scale", r"\(6, 2\)"], f, a, sa, b, sb[:5])
-    raises(ValueError, ["b_scale", "blocked"], f, a, sa, b, sb, b_scale_layout="blocked")  # plain scale, said blocked
-    raises(ValueError, ["a_scale", "blocked"], f, a, sa, b, pg.to_blocked(sb), scale_layout="blocked")
-    raises(ValueError, "a_scale", f, a, pg.to_blocked(sa), b, sb)  # blocked scale, said plain
-    raises(ValueError, ["b_scale", "blocked"], f, a, pg.to_blocked(sa), b, pg.to_blocked(sb)[:-4],
+    f = lambda a, sa, b, sb, **kw: getattr(pg, op)(a, b, sa, sb, **kw)  # noqa: E731 (the tests' operand order)
+    raises(ValueError, ["scale_a", r"\(8, 2\)"], f, a, sa[:, :1], b, sb)
+    raises(ValueError, ["scale_b", r"\(6, 2\)"], f, a, sa, b, sb[:5])
+    raises(ValueError, ["scale_b", "blocked"], f, a, sa, b, sb, scale_b_layout="blocked")  # plain scale, said blocked
+    raises(ValueError, ["scale_a", "blocked"], f, a, sa, b, pg.to_blocked(sb), scale_layout="blocked")
+    raises(ValueError, "scale_a", f, a, pg.to_blocked(sa), b, sb)  # blocked scale, said plain
+    raises(ValueError, ["scale_b", "blocked"], f, a, pg.to_blocked(sa), b, pg.to_blocked(sb)[:-4],
            scale_layout="blocked")
     raises(ValueError, ["scale_layout", "rowwise"], f, a, sa, b, sb, scale_layout="rowwise")
-    raises(ValueError, ["b_scale_layout", "tiled"], f, a, sa, b, sb, b_scale_layout="tiled")
-    raises(TypeError, ["b_scale", "e8m0"], f, a, sa, b, sb.view(torch.uint8))
-    raises(TypeError, ["a_scale", "e8m0"], f, a, sa.view(torch.uint8).float(), b, sb)
-    raises(ValueError, ["a_scale", "cpu"], f, a, sa.cpu(), b, sb)
-    raises(ValueError, ["b_scale", "cpu"], f, a, sa, b, sb.cpu())
+    raises(ValueError, ["scale_b_layout", "tiled"], f, a, sa, b, sb, scale_b_layout="tiled")
+    raises(TypeError, ["scale_b", "e8m0"], f, a, sa, b, sb.view(torch.uint8))
+    raises(TypeError, ["scale_a", "e8m0"], f, a, sa.view(torch.uint8).float(), b, sb)
+    raises(ValueError, ["scale_a", "cpu"], f, a, sa.cpu(), b, sb)
+    raises(ValueError, ["scale_b", "cpu"], f, a, sa, b, sb.cpu())
     raises(TypeError, "out_dtype", f, a, sa, b, sb, out_dtype=torch.float64)
     raises(ValueError, "K", f, a[:, :32], sa[:, :1], b, sb[:, :1])  # K extents differ
 

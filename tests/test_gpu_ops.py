@@ -8,6 +8,7 @@ Marked ``gpu``. Bounds as elsewhere: error_bound of torch's own error on the sam
 import pytest
 import torch
 from conftest import (
+    call_args,
     ARCH,
     built_configs,
     check_mm,
@@ -57,7 +58,7 @@ def test_samples_match_float64(op, index):
         pytest.skip(f"no {MX_FAMILY[op]} kernel built for this GPU")
     m, n = args[0].shape[0], args[2 if op in MX_FAMILY else 1].shape[1]
     out_dtype = kwargs.get("out_dtype") or default_out_dtype(op, args)
-    out = poisoned(lambda: op_fn(op)(*args, **kwargs), m, n, out_dtype)
+    out = poisoned(lambda: op_fn(op)(*call_args(op, args), **kwargs), m, n, out_dtype)
     check_sample(op, args, kwargs, out)
 
 
@@ -69,7 +70,7 @@ def test_opcheck_cuda(op, index):
     if op == "mm":
         torch.library.opcheck(op_fn(op), tuple(t.requires_grad_() for t in args), kwargs)
     else:  # test_schema compares inputs with allclose, which has no fp8 kernel
-        torch.library.opcheck(op_fn(op), args, kwargs,
+        torch.library.opcheck(op_fn(op), call_args(op, args), kwargs,
                               test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
 
 
@@ -80,7 +81,7 @@ def test_compile_fullgraph_cuda(op, index):
     args, kwargs = nth_sample(op, index, CUDA)
     torch._dynamo.reset()
     f = torch.compile(lambda *xs: op_fn(op)(*xs, **kwargs) * 2, fullgraph=True)  # * 2: exact, fused by inductor
-    check_sample(op, args, kwargs, f(*args) / 2)
+    check_sample(op, args, kwargs, f(*call_args(op, args)) / 2)
 
 
 # -- mm backward -------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 (the dispatcher runs an op's Meta kernel -- our fake -- whenever any operand is on meta, and the
 fake used to return an uninitialised tensor on the real operand's device), while operands all on
 meta still give meta results of the right shape; wrong Python types get a TypeError naming the
-argument; an unbuilt package says what is missing."""
+argument; an unbuilt package says what is missing; the MX ops' old argument order (#7) is named."""
 
 import pytest
 import torch
@@ -23,8 +23,8 @@ def _operands():
         "mm": (torch.ops.persistent_gemm.mm.default, dict(a=a16, b=b16)),
         "scaled_mm": (torch.ops.persistent_gemm.scaled_mm.default,
                       dict(a=a8, b=b8, scale_a=torch.tensor(1.0), scale_b=torch.tensor(1.0))),
-        "mxfp8_mm": (torch.ops.persistent_gemm.mxfp8_mm.default, dict(a=xq, a_scale=xs, b=wq8.t(), b_scale=ws8)),
-        "fp8_fp4_mm": (torch.ops.persistent_gemm.fp8_fp4_mm.default, dict(a=xq, a_scale=xs, b=wq4.t(), b_scale=ws4)),
+        "mxfp8_mm": (torch.ops.persistent_gemm.mxfp8_mm.default, dict(a=xq, b=wq8.t(), scale_a=xs, scale_b=ws8)),
+        "fp8_fp4_mm": (torch.ops.persistent_gemm.fp8_fp4_mm.default, dict(a=xq, b=wq4.t(), scale_a=xs, scale_b=ws4)),
         "dequantize_mx": (torch.ops.persistent_gemm.dequantize_mx.default, dict(data=wq8, scale=ws8)),
     }
 
@@ -53,7 +53,7 @@ def test_the_typed_wrappers_refuse_too():
     xq, xs = pg.quantize_mxfp8(torch.randn(4, 64))
     wq, ws = pg.quantize_mxfp8(torch.randn(3, 64))
     with pytest.raises(ValueError, match="b is on meta but a is on cpu"):
-        pg.mxfp8_mm(xq, xs, wq.t().to("meta"), ws)
+        pg.mxfp8_mm(xq, wq.t().to("meta"), xs, ws)
     with pytest.raises(ValueError, match="a is on meta|b is on cpu but a is on meta"):
         pg.mm(torch.randn(4, 8).bfloat16().to("meta"), torch.randn(8, 3).bfloat16())
 
@@ -69,7 +69,7 @@ def test_wrong_python_types_get_a_typeerror_naming_the_argument():
     xq, xs = pg.quantize_mxfp8(torch.randn(4, 64))
     wq, ws = pg.quantize_mxfp8(torch.randn(3, 64))
     with pytest.raises(TypeError, match=r"mxfp8_mm: bias must be a torch.Tensor or None, got list"):
-        pg.mxfp8_mm(xq, xs, wq.t(), ws, bias=[0.0, 0.0, 0.0])
+        pg.mxfp8_mm(xq, wq.t(), xs, ws, bias=[0.0, 0.0, 0.0])
 
 
 def test_an_unbuilt_package_says_so_without_import_machinery_text(tmp_path):
@@ -88,3 +88,25 @@ def test_an_unbuilt_package_says_so_without_import_machinery_text(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=120).stdout
     assert "Python-only install, or a checkout not built yet" in out and "circular import" not in out, out
+
+
+@pytest.mark.parametrize("op", ["mxfp8_mm", "fp8_fp4_mm"])
+def test_the_mx_ops_take_torchs_argument_order_and_name_it(op):
+    # Newcomer report #7: every op takes (a, b, scale_a, scale_b), as torch._scaled_mm; the
+    # 0.1 order (a, a_scale, b, b_scale) gets an error naming the order, from the wrapper and
+    # from the op itself.
+    fn, kw = _operands()[op]
+    a, b, sa, sb = kw["a"], kw["b"], kw["scale_a"], kw["scale_b"]
+    want = fn(a, b, sa, sb)
+    torch.testing.assert_close(getattr(pg, op)(a, b, sa, sb), want)
+    torch.testing.assert_close(getattr(pg, op)(a, b, scale_a=sa, scale_b=sb), want)
+    for call in (lambda: getattr(pg, op)(a, sa, b, sb), lambda: fn(a, sa, b, sb)):
+        with pytest.raises(TypeError, match=r"takes \(a, b, scale_a, scale_b\), torch._scaled_mm's order.*"
+                                            r"e8m0 scale tensor as b"):
+            call()
+    fmt = "mxfp8" if op == "mxfp8_mm" else "fp4"
+    pw = pg.prepare_weight(b.t(), sb, fmt=fmt)
+    torch.testing.assert_close(getattr(pg, op)(a, pw, sa), want)
+    with pytest.raises(TypeError, match="e8m0 scale tensor as b"):
+        getattr(pg, op)(a, sa, pw)
+    assert "fmt=" in repr(pw) and "tensor(" not in repr(pw)

@@ -137,7 +137,7 @@ def test_quantized_ops_refuse_inputs_that_require_grad(op):
         wq, ws = pg.quantize_mxfp8(torch.randn(8, 64))
         xq.requires_grad_(True)
         with pytest.raises(RuntimeError, match="persistent_gemm.mxfp8_mm is not differentiable.*'a' requires grad"):
-            pg.mxfp8_mm(xq, xs, wq.t(), ws)
+            pg.mxfp8_mm(xq, wq.t(), xs, ws)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -10,6 +10,7 @@ import inspect
 import pytest
 import torch
 from conftest import (
+    call_args,
     FP16_SAFE_SCALES,
     OUT_DTYPES,
     STRIDED_MM_CASES,
@@ -81,9 +82,9 @@ def test_mxfp8_mm_reference(shape):
     a, sa = pg.quantize_mxfp8(x)
     wq, sw = pg.quantize_mxfp8(randn(n, k, torch.float32, seed=k + 1))
     ref = reference("mxfp8_mm", (a, sa, wq.t(), sw))
-    check(pg.mxfp8_mm(a, sa, wq.t(), sw), ref, torch.bfloat16)
+    check(pg.mxfp8_mm(a, wq.t(), sa, sw), ref, torch.bfloat16)
     for out_dtype in OUT_DTYPES:
-        check(pg.mxfp8_mm(a, sa, wq.t(), sw, out_dtype=out_dtype), ref, out_dtype)
+        check(pg.mxfp8_mm(a, wq.t(), sa, sw, out_dtype=out_dtype), ref, out_dtype)
 
 
 @pytest.mark.parametrize("shape", [(7, 129, 33), (33, 100, 64), (64, 48, 1000), (1, 5, 31)], ids=ids)
@@ -92,7 +93,7 @@ def test_mxfp8_mm_reference_wide_random_scales(shape):
     for out_dtype in OUT_DTYPES:
         scales = FP16_SAFE_SCALES if out_dtype == torch.float16 else (127, 20)
         args = mxfp8_operands(*shape, seed=sum(shape), center=scales[0], spread=scales[1])
-        check(pg.mxfp8_mm(*args, out_dtype=out_dtype), reference("mxfp8_mm", args), out_dtype)
+        check(pg.mxfp8_mm(*call_args("mxfp8_mm", args), out_dtype=out_dtype), reference("mxfp8_mm", args), out_dtype)
 
 
 @pytest.mark.parametrize("shape", [(7, 129, 32), (33, 100, 64), (64, 48, 1024)], ids=ids)
@@ -101,17 +102,17 @@ def test_fp8_fp4_mm_reference(shape):
     a, sa = pg.quantize_mxfp8(randn(m, k, torch.float32, seed=k + 1))
     wq, sw = pg.quantize_mxfp4(randn(n, k, torch.float32, seed=k + 2))
     ref = reference("fp8_fp4_mm", (a, sa, wq.t(), sw))
-    check(pg.fp8_fp4_mm(a, sa, wq.t(), sw), ref, torch.bfloat16)
+    check(pg.fp8_fp4_mm(a, wq.t(), sa, sw), ref, torch.bfloat16)
     for out_dtype in OUT_DTYPES:
-        check(pg.fp8_fp4_mm(a, sa, wq.t(), sw, out_dtype=out_dtype), ref, out_dtype)
+        check(pg.fp8_fp4_mm(a, wq.t(), sa, sw, out_dtype=out_dtype), ref, out_dtype)
     args = fp8_fp4_operands(m, n, k, seed=k)  # random codes under wide-range random scales
-    check(pg.fp8_fp4_mm(*args, out_dtype=torch.float32), reference("fp8_fp4_mm", args), torch.float32)
+    check(pg.fp8_fp4_mm(*call_args("fp8_fp4_mm", args), out_dtype=torch.float32), reference("fp8_fp4_mm", args), torch.float32)
 
 
 @pytest.mark.parametrize("op, index", sample_cases())
 def test_samples_match_float64(op, index):
     args, kwargs = nth_sample(op, index)
-    out = op_fn(op)(*args, **kwargs)
+    out = op_fn(op)(*call_args(op, args), **kwargs)
     check(out, reference(op, args), kwargs.get("out_dtype") or default_out_dtype(op, args))
 
 
@@ -134,9 +135,9 @@ def test_mx_scales_matter():
     """A wrong scale must change the answer: the references really apply them."""
     a, sa = pg.quantize_mxfp8(randn(16, 64, torch.float32, seed=3))
     wq, sw = pg.quantize_mxfp4(randn(8, 64, torch.float32, seed=4))
-    base = pg.fp8_fp4_mm(a, sa, wq.t(), sw, out_dtype=torch.float32)
+    base = pg.fp8_fp4_mm(a, wq.t(), sa, sw, out_dtype=torch.float32)
     bumped = (sw.view(torch.uint8) + 1).view(torch.float8_e8m0fnu)  # every b scale doubled
-    assert torch.allclose(pg.fp8_fp4_mm(a, sa, wq.t(), bumped, out_dtype=torch.float32), 2 * base)
+    assert torch.allclose(pg.fp8_fp4_mm(a, wq.t(), sa, bumped, out_dtype=torch.float32), 2 * base)
 
 
 # -- strided and broadcast operands ---------------------------------------------------------------
@@ -169,12 +170,12 @@ def test_opcheck(op, index):
     args, kwargs = nth_sample(op, index)
     if op == "mm":
         args = tuple(t.requires_grad_() for t in args)
-        torch.library.opcheck(op_fn(op), args, kwargs)
+        torch.library.opcheck(op_fn(op), call_args(op, args), kwargs)
         return
     # torch's test_schema compares inputs with allclose, which has no CPU kernel for fp8; run
     # the other checks, and check "no input is mutated" bitwise ourselves.
     before = [_bytes(t) for t in args]
-    torch.library.opcheck(op_fn(op), args, kwargs,
+    torch.library.opcheck(op_fn(op), call_args(op, args), kwargs,
                           test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
     assert all(torch.equal(x, _bytes(y)) for x, y in zip(before, args))
 
@@ -191,7 +192,7 @@ def test_torch_compile_fullgraph():
             total = total + out.float().sum()
         return total
 
-    flat = [t for args, _ in samples.values() for t in args]
+    flat = [t for op, (args, _) in samples.items() for t in call_args(op, args)]
     torch._dynamo.reset()
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(compiled(*flat), f(*flat))
@@ -294,24 +295,24 @@ def test_scaled_mm_errors():
 def test_mx_errors():
     xq, xs = pg.quantize_mxfp8(torch.randn(8, 64))
     wq, ws = pg.quantize_mxfp8(torch.randn(6, 64))
-    with pytest.raises(ValueError, match=r"a_scale must have shape \(M, ceil\(K/32\)\) = \(8, 2\)"):
-        pg.mxfp8_mm(xq, xs[:, :1], wq.t(), ws)
-    with pytest.raises(TypeError, match="b_scale must be torch.float8_e8m0fnu"):
-        pg.mxfp8_mm(xq, xs, wq.t(), ws.to(torch.float32))
+    with pytest.raises(ValueError, match=r"scale_a must have shape \(M, ceil\(K/32\)\) = \(8, 2\)"):
+        pg.mxfp8_mm(xq, wq.t(), xs[:, :1], ws)
+    with pytest.raises(TypeError, match="scale_b must be torch.float8_e8m0fnu"):
+        pg.mxfp8_mm(xq, wq.t(), xs, ws.to(torch.float32))
     with pytest.raises(ValueError, match="b must be column-major"):
-        pg.mxfp8_mm(xq, xs, wq.t().contiguous(), ws)
+        pg.mxfp8_mm(xq, wq.t().contiguous(), xs, ws)
     w4, s4 = pg.quantize_mxfp4(torch.randn(6, 64))
     with pytest.raises(ValueError, match=r"b holds two e2m1 values per byte, so it must be \(K/2, N\)"):
-        pg.fp8_fp4_mm(xq[:, :32], xs[:, :1], w4.t(), s4)
+        pg.fp8_fp4_mm(xq[:, :32], w4.t(), xs[:, :1], s4)
     x48, s48 = pg.quantize_mxfp8(torch.randn(8, 48))
     w48, ws48 = pg.quantize_mxfp4(torch.randn(6, 48))
     with pytest.raises(ValueError, match=r"looks like the \(N, K/2\) packed weight itself; pass its transpose "
                                          r"\(K/2, N\) = \(32, 6\): wq.t\(\)"):
-        pg.fp8_fp4_mm(xq, xs, w4, s4)  # the forgotten .t()
+        pg.fp8_fp4_mm(xq, w4, xs, s4)  # the forgotten .t()
     with pytest.raises(ValueError, match="K = 48 must be a multiple of 32"):
-        pg.fp8_fp4_mm(x48, s48, w48.t(), ws48)
+        pg.fp8_fp4_mm(x48, w48.t(), s48, ws48)
     with pytest.raises(TypeError, match="b must be torch.float4_e2m1fn_x2, got torch"):
-        pg.fp8_fp4_mm(xq, xs, wq.t(), ws)
+        pg.fp8_fp4_mm(xq, wq.t(), xs, ws)
 
 
 def test_mixed_devices_rejected():

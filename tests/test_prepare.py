@@ -22,16 +22,16 @@ def test_prepared_weight_gives_the_unprepared_result(fmt, op, n, k):
     wq, ws = _weights(fmt, n, k)
     a, sa = fp8_operand(5, k, True, 9), e8m0_scales(5, mx_blocks(k), 10)
     pw = pg.prepare_weight(wq, ws, fmt=fmt)
-    assert isinstance(pw, pg.PreparedWeight) and (pw.n, pw.k) == (n, k) and pw.b_scale_layout == "blocked"
+    assert isinstance(pw, pg.PreparedWeight) and (pw.n, pw.k) == (n, k) and pw.scale_b_layout == "blocked"
     # The data stays MX bytes (a view of the weight when it is already aligned), scales blocked.
     assert pw.b.dtype == wq.dtype and pw.b.data_ptr() == wq.data_ptr()
-    assert torch.equal(pg.from_blocked(pw.b_scale, n, mx_blocks(k)).view(torch.uint8), ws.view(torch.uint8))
+    assert torch.equal(pg.from_blocked(pw.scale_b, n, mx_blocks(k)).view(torch.uint8), ws.view(torch.uint8))
     fn = getattr(pg, op)
-    want = fn(a, sa, wq.t(), ws, out_dtype=torch.float32)
-    assert torch.equal(fn(a, sa, pw, out_dtype=torch.float32), want)
-    # Mixed layouts: blocked b_scale beside plain a_scale, and the reverse.
-    assert torch.equal(fn(a, sa, wq.t(), pg.to_blocked(ws), b_scale_layout="blocked", out_dtype=torch.float32), want)
-    assert torch.equal(fn(a, pg.to_blocked(sa), wq.t(), ws, scale_layout="blocked", b_scale_layout="plain",
+    want = fn(a, wq.t(), sa, ws, out_dtype=torch.float32)
+    assert torch.equal(fn(a, pw, sa, out_dtype=torch.float32), want)
+    # Mixed layouts: blocked scale_b beside plain scale_a, and the reverse.
+    assert torch.equal(fn(a, wq.t(), sa, pg.to_blocked(ws), scale_b_layout="blocked", out_dtype=torch.float32), want)
+    assert torch.equal(fn(a, wq.t(), pg.to_blocked(sa), ws, scale_layout="blocked", scale_b_layout="plain",
                           out_dtype=torch.float32), want)
     ref = reference(op, (a, sa, wq.t(), ws))
     assert rel_err(want, ref) < 1e-5
@@ -46,7 +46,7 @@ def test_prepare_weight_copies_unaligned_rows_once():
 def test_prepare_weight_accepts_blocked_scales():
     wq, ws = _weights("fp4", 65, 128)
     pw = pg.prepare_weight(wq, pg.to_blocked(ws), fmt="fp4", scale_layout="blocked")
-    assert torch.equal(pw.b_scale.view(torch.uint8), pg.to_blocked(ws).reshape(-1).view(torch.uint8))
+    assert torch.equal(pw.scale_b.view(torch.uint8), pg.to_blocked(ws).reshape(-1).view(torch.uint8))
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
@@ -73,28 +73,28 @@ def test_prepared_weight_misuse_is_a_clear_error():
     a, sa = fp8_operand(2, 64, True, 1), e8m0_scales(2, 2, 2)
     pw = pg.prepare_weight(wq, ws, fmt="mxfp8")
     with pytest.raises(ValueError, match="carries its own scales"):
-        pg.mxfp8_mm(a, sa, pw, ws)
+        pg.mxfp8_mm(a, pw, sa, ws)
     with pytest.raises(ValueError, match=r"PreparedWeight for fmt='mxfp8'; this op needs fmt='fp4'"):
-        pg.fp8_fp4_mm(a, sa, pw)
-    with pytest.raises(ValueError, match="b_scale is required"):
-        pg.mxfp8_mm(a, sa, wq.t())
+        pg.fp8_fp4_mm(a, pw, sa)
+    with pytest.raises(ValueError, match="scale_b is required"):
+        pg.mxfp8_mm(a, wq.t(), sa)
 
 
 def test_b_scale_layout_is_validated_by_name():
     wq, ws = _weights("mxfp8", 8, 64)
     a, sa = fp8_operand(2, 64, True, 1), e8m0_scales(2, 2, 2)
-    with pytest.raises(ValueError, match="b_scale_layout must be 'plain' or 'blocked', got 'tiled'"):
-        pg.mxfp8_mm(a, sa, wq.t(), ws, b_scale_layout="tiled")
-    with pytest.raises(ValueError, match=r"b_scale in the blocked layout must hold .*b_scale_layout='plain'"):
-        pg.mxfp8_mm(a, sa, wq.t(), ws, b_scale_layout="blocked")
+    with pytest.raises(ValueError, match="scale_b_layout must be 'plain' or 'blocked', got 'tiled'"):
+        pg.mxfp8_mm(a, wq.t(), sa, ws, scale_b_layout="tiled")
+    with pytest.raises(ValueError, match=r"scale_b in the blocked layout must hold .*scale_b_layout='plain'"):
+        pg.mxfp8_mm(a, wq.t(), sa, ws, scale_b_layout="blocked")
 
 
 def test_mx_ops_trace_with_a_prepared_weight():
     wq, ws = _weights("fp4", 40, 64)
     a, sa = fp8_operand(3, 64, True, 1), e8m0_scales(3, 2, 2)
     pw = pg.prepare_weight(wq, ws, fmt="fp4")
-    compiled = torch.compile(lambda x, s: pg.fp8_fp4_mm(x, s, pw), fullgraph=True, backend="eager")
-    assert torch.equal(compiled(a, sa), pg.fp8_fp4_mm(a, sa, pw))
+    compiled = torch.compile(lambda x, s: pg.fp8_fp4_mm(x, pw, s), fullgraph=True, backend="eager")
+    assert torch.equal(compiled(a, sa), pg.fp8_fp4_mm(a, pw, sa))
 
 
 def test_prepare_weight_refuses_fp4_k_no_op_takes():

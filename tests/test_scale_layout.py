@@ -66,51 +66,51 @@ def _blocked(*scales):
 @needs_ext
 @pytest.mark.parametrize("m,n,k", [(1, 7, 33), (129, 40, 200), (128, 128, 128)])
 def test_mxfp8_mm_blocked_scales_give_the_plain_result(m, n, k):
-    a, a_scale, b, b_scale = mxfp8_operands(m, n, k, seed=3)
-    plain = pg.mxfp8_mm(a, a_scale, b, b_scale, out_dtype=torch.float32)
-    bs_a, bs_b = _blocked(a_scale, b_scale)
-    blocked = pg.mxfp8_mm(a, bs_a, b, bs_b, out_dtype=torch.float32, scale_layout="blocked")
+    a, scale_a, b, scale_b = mxfp8_operands(m, n, k, seed=3)
+    plain = pg.mxfp8_mm(a, b, scale_a, scale_b, out_dtype=torch.float32)
+    bs_a, bs_b = _blocked(scale_a, scale_b)
+    blocked = pg.mxfp8_mm(a, b, bs_a, bs_b, out_dtype=torch.float32, scale_layout="blocked")
     assert torch.equal(plain, blocked)
 
 
 @needs_ext
 @pytest.mark.parametrize("m,n,k", [(1, 7, 64), (129, 40, 256)])
 def test_fp8_fp4_mm_blocked_scales_give_the_plain_result(m, n, k):
-    a, a_scale, b, b_scale = fp8_fp4_operands(m, n, k, seed=4)
-    plain = pg.fp8_fp4_mm(a, a_scale, b, b_scale, out_dtype=torch.float32)
-    bs_a, bs_b = _blocked(a_scale, b_scale)
-    assert torch.equal(plain, pg.fp8_fp4_mm(a, bs_a, b, bs_b, out_dtype=torch.float32, scale_layout="blocked"))
+    a, scale_a, b, scale_b = fp8_fp4_operands(m, n, k, seed=4)
+    plain = pg.fp8_fp4_mm(a, b, scale_a, scale_b, out_dtype=torch.float32)
+    bs_a, bs_b = _blocked(scale_a, scale_b)
+    assert torch.equal(plain, pg.fp8_fp4_mm(a, b, bs_a, bs_b, out_dtype=torch.float32, scale_layout="blocked"))
 
 
 @needs_ext
 def test_layout_is_stated_not_guessed():
     # M = N = 128, K = 128: a plain (128, 4) scale has exactly the blocked element count, so only
     # the argument can tell the two apart -- and they mean different things.
-    a, a_scale, b, b_scale = mxfp8_operands(128, 128, 128, seed=5)
-    plain = pg.mxfp8_mm(a, a_scale, b, b_scale, out_dtype=torch.float32)
-    as_blocked = pg.mxfp8_mm(a, a_scale.contiguous(), b, b_scale.contiguous(), out_dtype=torch.float32,
+    a, scale_a, b, scale_b = mxfp8_operands(128, 128, 128, seed=5)
+    plain = pg.mxfp8_mm(a, b, scale_a, scale_b, out_dtype=torch.float32)
+    as_blocked = pg.mxfp8_mm(a, b, scale_a.contiguous(), scale_b.contiguous(), out_dtype=torch.float32,
                              scale_layout="blocked")
     assert not torch.equal(plain, as_blocked)
 
 
 @needs_ext
 def test_scale_layout_errors_name_the_argument():
-    a, a_scale, b, b_scale = mxfp8_operands(33, 17, 64, seed=6)
+    a, scale_a, b, scale_b = mxfp8_operands(33, 17, 64, seed=6)
     with pytest.raises(ValueError, match="scale_layout must be 'plain' or 'blocked'"):
-        pg.mxfp8_mm(a, a_scale, b, b_scale, scale_layout="swizzled")
-    with pytest.raises(ValueError, match=r"a_scale in the blocked layout must hold 512 scales"):
-        pg.mxfp8_mm(a, a_scale, b, to_blocked(b_scale), scale_layout="blocked")
-    with pytest.raises(ValueError, match=r"b_scale must be a 2-D tensor"):
-        pg.mxfp8_mm(a, a_scale, b, to_blocked(b_scale))  # blocked tensor, plain layout stated
+        pg.mxfp8_mm(a, b, scale_a, scale_b, scale_layout="swizzled")
+    with pytest.raises(ValueError, match=r"scale_a in the blocked layout must hold 512 scales"):
+        pg.mxfp8_mm(a, b, scale_a, to_blocked(scale_b), scale_layout="blocked")
+    with pytest.raises(ValueError, match=r"scale_b must be a 2-D tensor"):
+        pg.mxfp8_mm(a, b, scale_a, to_blocked(scale_b))  # blocked tensor, plain layout stated
 
 
 @needs_ext
 def test_blocked_layout_traces_and_passes_opcheck():
-    a, a_scale, b, b_scale = mxfp8_operands(40, 24, 96, seed=7)
-    bs_a, bs_b = _blocked(a_scale, b_scale)
+    a, scale_a, b, scale_b = mxfp8_operands(40, 24, 96, seed=7)
+    bs_a, bs_b = _blocked(scale_a, scale_b)
     # test_schema compares inputs with allclose, which has no CPU kernel for fp8 (as in test_ops).
-    torch.library.opcheck(torch.ops.persistent_gemm.mxfp8_mm.default, (a, bs_a, b, bs_b, torch.float32, "blocked", None),
+    torch.library.opcheck(torch.ops.persistent_gemm.mxfp8_mm.default, (a, b, bs_a, bs_b, torch.float32, "blocked", None),
                           test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
     f = torch.compile(lambda *t: pg.mxfp8_mm(*t, out_dtype=torch.float32, scale_layout="blocked"),
                       fullgraph=True, backend="eager")
-    assert torch.equal(f(a, bs_a, b, bs_b), pg.mxfp8_mm(a, a_scale, b, b_scale, out_dtype=torch.float32))
+    assert torch.equal(f(a, b, bs_a, bs_b), pg.mxfp8_mm(a, b, scale_a, scale_b, out_dtype=torch.float32))

@@ -51,11 +51,11 @@ def _check_scale(name: str, s: torch.Tensor, rows, k, scale_layout: str, layout_
                  lambda: f"{name} must be ({rows}, {blocks}), got {tuple(s.shape)}")
 
 
-def _check_b_scale(s, rows, k, scale_layout, b_scale_layout) -> None:
-    if b_scale_layout is None:
-        _check_scale("b_scale", s, rows, k, scale_layout)
+def _check_b_scale(s, rows, k, scale_layout, scale_b_layout) -> None:
+    if scale_b_layout is None:
+        _check_scale("scale_b", s, rows, k, scale_layout)
     else:
-        _check_scale("b_scale", s, rows, k, b_scale_layout, "b_scale_layout")
+        _check_scale("scale_b", s, rows, k, scale_b_layout, "scale_b_layout")
 
 
 def _check_bias(bias: Optional[torch.Tensor], n, out_dtype: torch.dtype) -> None:
@@ -133,31 +133,33 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, out_dtype=None, use_fast_accum=False
 
 
 @torch.library.register_fake(f"{_LIB}::mxfp8_mm")
-def _mxfp8_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain", config=None, b_scale_layout=None,
+def _mxfp8_mm_fake(a, b, scale_a, scale_b, out_dtype=None, scale_layout="plain", config=None, scale_b_layout=None,
                    bias=None):
-    _check_devices("mxfp8_mm", a=a, a_scale=a_scale, b=b, b_scale=b_scale, bias=bias)
+    _refuse_old_order("mxfp8_mm", a, b)
+    _check_devices("mxfp8_mm", a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias)
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype == torch.float8_e4m3fn and b.dtype == torch.float8_e4m3fn,
                  lambda: f"a and b must be float8_e4m3fn, got {a.dtype} and {b.dtype}")
     _check_k(a, b.shape[0])
-    _check_scale("a_scale", a_scale, a.shape[0], a.shape[1], scale_layout)
-    _check_b_scale(b_scale, b.shape[1], a.shape[1], scale_layout, b_scale_layout)
+    _check_scale("scale_a", scale_a, a.shape[0], a.shape[1], scale_layout)
+    _check_b_scale(scale_b, b.shape[1], a.shape[1], scale_layout, scale_b_layout)
     return _result(a, b.shape[1], _out(out_dtype, torch.bfloat16), bias)
 
 
 @torch.library.register_fake(f"{_LIB}::fp8_fp4_mm")
-def _fp8_fp4_mm_fake(a, a_scale, b, b_scale, out_dtype=None, scale_layout="plain", config=None,
-                     b_scale_layout=None, bias=None):
-    _check_devices("fp8_fp4_mm", a=a, a_scale=a_scale, b=b, b_scale=b_scale, bias=bias)
+def _fp8_fp4_mm_fake(a, b, scale_a, scale_b, out_dtype=None, scale_layout="plain", config=None,
+                     scale_b_layout=None, bias=None):
+    _refuse_old_order("fp8_fp4_mm", a, b)
+    _check_devices("fp8_fp4_mm", a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias)
     _check_2d("a", a)
     _check_2d("b", b)
     torch._check(a.dtype == torch.float8_e4m3fn, lambda: f"a must be float8_e4m3fn, got {a.dtype}")
     torch._check(b.dtype == torch.float4_e2m1fn_x2, lambda: f"b must be float4_e2m1fn_x2, got {b.dtype}")
     torch._check(a.shape[1] % _MX_BLOCK == 0, lambda: f"K = {a.shape[1]} must be a multiple of 32")
     _check_k(a, b.shape[0] * 2)
-    _check_scale("a_scale", a_scale, a.shape[0], a.shape[1], scale_layout)
-    _check_b_scale(b_scale, b.shape[1], a.shape[1], scale_layout, b_scale_layout)
+    _check_scale("scale_a", scale_a, a.shape[0], a.shape[1], scale_layout)
+    _check_b_scale(scale_b, b.shape[1], a.shape[1], scale_layout, scale_b_layout)
     return _result(a, b.shape[1], _out(out_dtype, torch.bfloat16), bias)
 
 
@@ -277,29 +279,42 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
                                                        bias, float(alpha), float(beta))
 
 
-def _weight_args(b, b_scale, b_scale_layout, fmt: str):
-    """(b, b_scale, b_scale_layout) from either plain tensors or a PreparedWeight."""
+def _refuse_old_order(op: str, a, b) -> None:
+    """An e8m0 tensor in an operand's slot: the (a, a_scale, b, b_scale) order of 0.1 (the C++
+    checks say the same for direct torch.ops calls)."""
+    for name, t in (("b", b), ("a", a)):
+        if isinstance(t, torch.Tensor) and t.dtype == torch.float8_e8m0fnu:
+            raise TypeError(f"persistent_gemm.{op} takes (a, b, scale_a, scale_b), torch._scaled_mm's order: operands "
+                            f"first, then their scales; got an e8m0 scale tensor as {name} (the (a, a_scale, b, "
+                            f"b_scale) order of persistent_gemm 0.1 is gone)")
+
+
+def _weight_args(b, scale_b, scale_b_layout, fmt: str):
+    """(b, scale_b, scale_b_layout) from either plain tensors or a PreparedWeight."""
     from .prepare import PreparedWeight
 
     if isinstance(b, PreparedWeight):
-        if b_scale is not None:
-            raise ValueError("b is a PreparedWeight, which carries its own scales: leave b_scale out")
+        if scale_b is not None:
+            raise ValueError("b is a PreparedWeight, which carries its own scales: leave scale_b out")
         if b.fmt != fmt:
             raise ValueError(f"b is a PreparedWeight for fmt={b.fmt!r}; this op needs fmt={fmt!r}")
-        return b.b, b.b_scale, b.b_scale_layout
-    if b_scale is None:
-        raise ValueError("b_scale is required unless b is a PreparedWeight (persistent_gemm.prepare_weight)")
-    return b, b_scale, b_scale_layout
+        return b.b, b.scale_b, b.scale_b_layout
+    if scale_b is None:
+        raise ValueError("scale_b is required unless b is a PreparedWeight (persistent_gemm.prepare_weight)")
+    return b, scale_b, scale_b_layout
 
 
-def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.Tensor] = None, *,
+def mxfp8_mm(a: torch.Tensor, b, scale_a: torch.Tensor, scale_b: Optional[torch.Tensor] = None, *,
              out_dtype: Optional[torch.dtype] = None, scale_layout: str = "plain",
-             config: ConfigArg = None, b_scale_layout: Optional[str] = None,
+             config: ConfigArg = None, scale_b_layout: Optional[str] = None,
              bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """MXFP8 block-scaled ``a @ b`` (``+ bias``, (N,) of the output's dtype, fused on SM90).
 
-    ``a`` (M, K) e4m3 row-major with ``a_scale`` (M, ceil(K/32)) e8m0; ``b`` (K, N) e4m3
-    column-major with ``b_scale`` (N, ceil(K/32)) e8m0. Each scale covers 32 consecutive K
+    Arguments in ``torch._scaled_mm``'s order, as :func:`scaled_mm` and :func:`fp8_fp4_mm`:
+    ``mxfp8_mm(a, b, scale_a, scale_b)``, or ``mxfp8_mm(a, pw, scale_a)`` with a prepared weight.
+
+    ``a`` (M, K) e4m3 row-major with ``scale_a`` (M, ceil(K/32)) e8m0; ``b`` (K, N) e4m3
+    column-major with ``scale_b`` (N, ceil(K/32)) e8m0. Each scale covers 32 consecutive K
     elements of one row of ``a`` (one column of ``b``); the last block may be partial.
     Semantics: dequantize exactly (``x * 2**(e - 127)``), multiply in fp32, round once.
     Use :func:`persistent_gemm.quantize_mxfp8` to produce the operands.
@@ -307,8 +322,8 @@ def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.
     ``scale_layout`` says how the scales are laid out: ``"plain"`` (the shapes above) or
     ``"blocked"`` (the 128x4-tile layout of cuBLAS/CUTLASS and torchao's ``to_blocked``;
     :func:`persistent_gemm.to_blocked` converts). It is never guessed from the shapes.
-    ``b_scale_layout`` overrides it for ``b_scale`` alone. ``b`` may be a
-    :class:`PreparedWeight` (:func:`prepare_weight`), which carries its scales: omit ``b_scale``.
+    ``scale_b_layout`` overrides it for ``scale_b`` alone. ``b`` may be a
+    :class:`PreparedWeight` (:func:`prepare_weight`), which carries its scales: omit ``scale_b``.
 
     On SM90 the dispatcher picks one of three fused kernels by shape (``explain`` says which):
     at prefill the bf16 route (both scales folded exactly into bf16 operands -- the weight in
@@ -318,33 +333,38 @@ def mxfp8_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.
     block across every SM, stream-K over weight strips). Weight scales are read blocked: plain
     ones are relaid out per call unless the weight is prepared.
     """
-    b, b_scale, b_scale_layout = _weight_args(b, b_scale, b_scale_layout, "mxfp8")
-    _check_types("mxfp8_mm", out_dtype, bias, a=a, a_scale=a_scale, b=b, b_scale=b_scale)
-    return torch.ops.persistent_gemm.mxfp8_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout,
+    _refuse_old_order("mxfp8_mm", a, b)
+    b, scale_b, scale_b_layout = _weight_args(b, scale_b, scale_b_layout, "mxfp8")
+    _check_types("mxfp8_mm", out_dtype, bias, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
+    return torch.ops.persistent_gemm.mxfp8_mm.default(a, b, scale_a, scale_b, out_dtype, scale_layout,
                                                       _config(config, "mxfp8_mm", "mxfp8", a.device),
-                                                      b_scale_layout, bias)
+                                                      scale_b_layout, bias)
 
 
-def fp8_fp4_mm(a: torch.Tensor, a_scale: torch.Tensor, b, b_scale: Optional[torch.Tensor] = None, *,
+def fp8_fp4_mm(a: torch.Tensor, b, scale_a: torch.Tensor, scale_b: Optional[torch.Tensor] = None, *,
                out_dtype: Optional[torch.dtype] = None, scale_layout: str = "plain",
-               config: ConfigArg = None, b_scale_layout: Optional[str] = None,
+               config: ConfigArg = None, scale_b_layout: Optional[str] = None,
                bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """e4m3 activations times block-scaled e2m1 weights (``+ bias``, as for :func:`mxfp8_mm`).
 
-    ``a`` (M, K) e4m3 row-major with ``a_scale`` (M, K/32) e8m0; ``b`` (K/2, N)
+    ``a`` (M, K) e4m3 row-major with ``scale_a`` (M, K/32) e8m0; ``b`` (K/2, N)
     ``float4_e2m1fn_x2`` column-major -- the transpose of weights stored (N, K/2), two e2m1
-    values per byte, element 2i in the low nibble -- with ``b_scale`` (N, K/32) e8m0.
+    values per byte, element 2i in the low nibble -- with ``scale_b`` (N, K/32) e8m0.
     K must be a multiple of 32. For weights ``w`` (N, K): ``wq, ws = quantize_mxfp4(w)``, then
-    ``fp8_fp4_mm(a, a_scale, wq.t(), ws)``, or ``fp8_fp4_mm(a, a_scale, prepare_weight(wq, ws, fmt="fp4"))``.
-    ``scale_layout``, ``b_scale_layout``: as for :func:`mxfp8_mm`.
+    ``fp8_fp4_mm(a, wq.t(), scale_a, ws)``, or ``fp8_fp4_mm(a, prepare_weight(wq, ws, fmt="fp4"), scale_a)``.
+    ``scale_layout``, ``scale_b_layout``: as for :func:`mxfp8_mm`.
 
     On SM90 the packed weight is streamed as is and converted in registers inside the GEMM (the
     weight is the MMA's register-sourced A operand; D is written transposed): to bf16 with its
     scale folded by the bf16 route at prefill, to e4m3 by the promotion route, to f16 / e4m3 by
-    the MX decode GEMV (mma.sync, stream-K over weight strips) at M <= 64.
+    the MX decode GEMV (mma.sync, stream-K over weight strips) at M <= 64. The fold route
+    (``config="sm90a_e4m3xe2m1_128x128x128_c1x2_sw8_row_coop_swapab_fold"``: the weight's scale
+    folded into its e4m3 conversion, one FFMA per element per 32-K block) is reached only by
+    ``config=`` until it is measured on a GPU.
     """
-    b, b_scale, b_scale_layout = _weight_args(b, b_scale, b_scale_layout, "fp4")
-    _check_types("fp8_fp4_mm", out_dtype, bias, a=a, a_scale=a_scale, b=b, b_scale=b_scale)
-    return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, a_scale, b, b_scale, out_dtype, scale_layout,
+    _refuse_old_order("fp8_fp4_mm", a, b)
+    b, scale_b, scale_b_layout = _weight_args(b, scale_b, scale_b_layout, "fp4")
+    _check_types("fp8_fp4_mm", out_dtype, bias, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
+    return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, b, scale_a, scale_b, out_dtype, scale_layout,
                                                         _config(config, "fp8_fp4_mm", "e4m3xe2m1", a.device),
-                                                        b_scale_layout, bias)
+                                                        scale_b_layout, bias)

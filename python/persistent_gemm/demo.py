@@ -68,8 +68,8 @@ def main(model_weights: Optional[str] = None, model: bool = True) -> int:
     runs = [
         ("mm bf16", lambda: pg.mm(a16, b16), a16.double() @ b16.double()),
         ("scaled_mm e4m3", lambda: pg.scaled_mm(a8, b8, one, one), a8.double() @ b8.double()),
-        ("mxfp8_mm", lambda: pg.mxfp8_mm(xq, xs, wq8.t(), ws8), deq_x @ pg.dequantize_mxfp8(wq8, ws8).double().t()),
-        ("fp8_fp4_mm", lambda: pg.fp8_fp4_mm(xq, xs, wq4.t(), ws4), deq_x @ pg.dequantize_mxfp4(wq4, ws4).double().t()),
+        ("mxfp8_mm", lambda: pg.mxfp8_mm(xq, wq8.t(), xs, ws8), deq_x @ pg.dequantize_mxfp8(wq8, ws8).double().t()),
+        ("fp8_fp4_mm", lambda: pg.fp8_fp4_mm(xq, wq4.t(), xs, ws4), deq_x @ pg.dequantize_mxfp4(wq4, ws4).double().t()),
     ]
     failed = 0
     for name, fn, ref in runs:

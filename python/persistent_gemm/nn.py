@@ -188,7 +188,7 @@ class Linear(torch.nn.Module):
         else:
             xq, xs = quantize_mxfp8(x2, rule=q.rule)
             op = ops.mxfp8_mm if q.format == "mxfp8" else ops.fp8_fp4_mm
-            y = op.default(xq, xs, self.weight_q.t(), self.weight_scale, out_dtype, "plain", config, "blocked",
+            y = op.default(xq, self.weight_q.t(), xs, self.weight_scale, out_dtype, "plain", config, "blocked",
                            bias)
         return y.reshape(*lead, self.out_features)
 

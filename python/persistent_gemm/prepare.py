@@ -11,7 +11,7 @@ in registers or shared memory, inside the GEMM.
 
     wq, ws = pg.quantize_mxfp4(w)                 # w (N, K)
     pw = pg.prepare_weight(wq, ws, fmt="fp4")     # once, at load time
-    y = pg.fp8_fp4_mm(xq, xs, pw)                 # per call: only the activations' scales relaid
+    y = pg.fp8_fp4_mm(xq, pw, xs)                 # per call: only the activations' scales relaid
 """
 
 from __future__ import annotations
@@ -39,22 +39,26 @@ FORMATS = {
 @dataclass(frozen=True)
 class PreparedWeight:
     """A weight ready for :func:`mxfp8_mm` (``fmt="mxfp8"``) or :func:`fp8_fp4_mm` (``"fp4"``):
-    pass it as ``b`` and leave ``b_scale`` out.
+    pass it as ``b`` and leave ``scale_b`` out.
 
-    ``b`` is the (K, N) column-major operand view (for fp4: (K/2, N) packed pairs), ``b_scale``
-    its e8m0 scales in ``b_scale_layout`` ("blocked"), ``n``/``k`` the logical extents."""
+    ``b`` is the (K, N) column-major operand view (for fp4: (K/2, N) packed pairs), ``scale_b``
+    its e8m0 scales in ``scale_b_layout`` ("blocked"), ``n``/``k`` the logical extents."""
 
     b: torch.Tensor
-    b_scale: torch.Tensor
+    scale_b: torch.Tensor
     fmt: str
     n: int
     k: int
-    b_scale_layout: str = "blocked"
+    scale_b_layout: str = "blocked"
+
+    def __repr__(self) -> str:  # the packed bytes are not worth printing
+        return (f"PreparedWeight(fmt={self.fmt!r}, n={self.n}, k={self.k}, b={tuple(self.b.shape)} {self.b.dtype}, "
+                f"scale_b={self.scale_b.numel()} e8m0 {self.scale_b_layout}, device={self.b.device})")
 
     @property
     def nbytes(self) -> int:
         """Bytes a GEMM streams for this weight: data plus scales."""
-        return self.b.untyped_storage().nbytes() + self.b_scale.numel()
+        return self.b.untyped_storage().nbytes() + self.scale_b.numel()
 
     def dequantize(self) -> torch.Tensor:
         """The weight's values, (N, K) float32, read from the prepared layout (the bytes the
@@ -76,7 +80,7 @@ class PreparedWeight:
 
     def _plain(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(wq (N, K or K/2) rows, ws (N, ceil(K/32)) plain scales) viewed or relaid from the prepared layout."""
-        return self.b.t(), from_blocked(self.b_scale, self.n, -(-self.k // MX_BLOCK))
+        return self.b.t(), from_blocked(self.scale_b, self.n, -(-self.k // MX_BLOCK))
 
 
 def _aligned_rows(w: torch.Tensor) -> torch.Tensor:
@@ -133,4 +137,4 @@ def prepare_weight(wq: torch.Tensor, ws: torch.Tensor, *, fmt: str, scale_layout
         blocked = ws.contiguous()
     if blocked.data_ptr() % 16:
         blocked = blocked.clone()
-    return PreparedWeight(b=_aligned_rows(wq).t(), b_scale=blocked.reshape(-1), fmt=fmt, n=n, k=k)
+    return PreparedWeight(b=_aligned_rows(wq).t(), scale_b=blocked.reshape(-1), fmt=fmt, n=n, k=k)

@@ -227,7 +227,7 @@ def _inputs(op: str, family: str, M: int, N: int, K: int, layout: str, scale: st
                 wq, ws = quantize_mxfp8(w)
             else:
                 wq, ws = quantize_mxfp4(w)
-            sets.append((a, a_s, wq.t(), ws))
+            sets.append((a, wq.t(), a_s, ws))  # the ops' order: operands, then scales
     return sets
 
 
