@@ -87,6 +87,14 @@ void check_block_scale(char const* op, char const* arg, at::Tensor const& s, int
   check_row_major(op, arg, s, "row-major");
 }
 
+// a (M, K) against b (K, N); a weight stored (N, K) and passed without .t() gets the fix named.
+void check_k(char const* op, at::Tensor const& a, at::Tensor const& b) {
+  TORCH_CHECK_VALUE(a.size(1) == b.size(0),
+                    msg(op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ", b.sizes(), "; their K extents differ",
+                        b.size(1) == a.size(1) ? "; b looks like the (N, K) weight itself: pass its transpose, w.t()"
+                                               : ""));
+}
+
 // Ranks, devices and dtypes shared by the two MX ops (a is always e4m3 with e8m0 scales).
 void check_block_scaled_operands(char const* op, at::Tensor const& a, at::Tensor const& b,
                                  at::Tensor const& scale_a, at::Tensor const& scale_b, char const* b_shape,
@@ -188,8 +196,7 @@ Problem check_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
                    ": a must be torch.bfloat16 or torch.float16, got ", dtype_name(t)));
   TORCH_CHECK_TYPE(b.scalar_type() == t, msg(op, ": b must have a's dtype ", dtype_name(t), ", got ",
                    dtype_name(b.scalar_type())));
-  TORCH_CHECK_VALUE(a.size(1) == b.size(0), msg(op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
-                    b.sizes(), "; their K extents differ"));
+  check_k(op, a, b);
   // Any strides, as torch.mm: the CUDA path copies an operand TMA cannot read as it is
   // (no unit stride, stride-0 broadcast views, misaligned rows) -- explain() shows it.
   return {a.size(0), b.size(1), a.size(1), resolve_out(op, out_dtype, t)};
@@ -204,8 +211,7 @@ Problem check_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b
   check_same_device(op, a, "b", b);
   check_dtype(op, "a", a, at::kFloat8_e4m3fn);
   check_dtype(op, "b", b, at::kFloat8_e4m3fn);
-  TORCH_CHECK_VALUE(a.size(1) == b.size(0), msg(op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
-                    b.sizes(), "; their K extents differ"));
+  check_k(op, a, b);
   check_row_major(op, "a", a, "row-major (M, K)");
   check_col_major(op, "b", b, "column-major (K, N)");
   int64_t const m = a.size(0), n = b.size(1);
@@ -244,8 +250,7 @@ Problem check_mxfp8_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
                        at::Tensor const& scale_a, at::Tensor const& scale_b,
                        std::optional<at::ScalarType> out_dtype, ScaleLayouts layout) {
   check_block_scaled_operands(op, a, b, scale_a, scale_b, "(K, N)", at::kFloat8_e4m3fn);
-  TORCH_CHECK_VALUE(a.size(1) == b.size(0), msg(op, ": a is (M, K) = ", a.sizes(), " and b is (K, N) = ",
-                    b.sizes(), "; their K extents differ"));
+  check_k(op, a, b);
   check_row_major(op, "a", a, "row-major (M, K)");
   check_col_major(op, "b", b, "column-major (K, N)");
   int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
@@ -273,6 +278,39 @@ Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& 
   check_block_scale(op, "scale_a", scale_a, m, "M", k, layout.a, "scale_layout");
   check_block_scale(op, "scale_b", scale_b, n, "N", k, layout.b, layout.b_arg);
   return {m, n, k, resolve_out(op, out_dtype, at::kBFloat16)};
+}
+
+Problem check_weight_only_mm(char const* op, at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
+                             std::optional<at::ScalarType> out_dtype, ScaleLayout layout) {
+  TORCH_CHECK_TYPE(!b.defined() || b.scalar_type() != at::kFloat8_e8m0fnu,
+                   msg(op, " takes (a, b, scale_b): got an e8m0 scale tensor as b"));
+  check_2d(op, "a", a, "(M, K)");
+  check_2d(op, "b", b, "(K, N) e4m3 or (K/2, N) packed e2m1");
+  check_device_kind(op, a);
+  check_same_device(op, a, "b", b);
+  check_same_device(op, a, "scale_b", scale_b);
+  auto const t = a.scalar_type();
+  TORCH_CHECK_TYPE(t == at::kBFloat16 || t == at::kHalf, msg(op, ": a must be torch.bfloat16 or torch.float16 (the "
+                   "activations stay 16-bit; e4m3 activations are mxfp8_mm / fp8_fp4_mm), got ", dtype_name(t)));
+  bool const e2m1 = b.scalar_type() == at::kFloat4_e2m1fn_x2;
+  TORCH_CHECK_TYPE(e2m1 || b.scalar_type() == at::kFloat8_e4m3fn, msg(op, ": b must be torch.float8_e4m3fn (MXFP8) "
+                   "or torch.float4_e2m1fn_x2 (MXFP4, two values per byte), got ", dtype_name(b.scalar_type())));
+  int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
+  if (e2m1) {
+    TORCH_CHECK_VALUE(k % kMxBlock == 0, msg(op, ": K = ", k, " must be a multiple of 32 for MXFP4 weights"));
+    TORCH_CHECK_VALUE(b.size(0) * 2 == k, msg(op, ": b holds two e2m1 values per byte, so it must be (K/2, N) with "
+                      "K/2 = ", k / 2, " (a's K = ", k, " halved), got ", b.sizes(),
+                      b.size(1) * 2 == k ? "; it looks like the (N, K/2) packed weight itself: pass wq.t()" : ""));
+  } else {
+    check_k(op, a, b);
+  }
+  check_row_major(op, "a", a, "row-major (M, K)");
+  check_col_major(op, "b", b, e2m1 ? "column-major (K/2, N)" : "column-major (K, N)");
+  check_block_scale(op, "scale_b", scale_b, n, "N", k, layout, "scale_b_layout");
+  at::ScalarType const o = out_dtype.value_or(t);
+  TORCH_CHECK_TYPE(o == t || o == at::kFloat, msg(op, ": out_dtype must be a's dtype ", dtype_name(t),
+                   " or torch.float32, got ", dtype_name(o)));
+  return {m, n, k, o};
 }
 
 Epilogue check_epilogue(char const* op, at::Tensor const& a, std::optional<at::Tensor> const& bias, double alpha,

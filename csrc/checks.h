@@ -45,6 +45,12 @@ Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& 
                          at::Tensor const& scale_a, at::Tensor const& scale_b,
                          std::optional<at::ScalarType> out_dtype, ScaleLayouts layout);
 
+// Weight-only MX (issue 24): bf16/fp16 activations a (M, K) row-major, an MX weight b (K, N)
+// e4m3 or (K/2, N) packed e2m1, column-major, with its e8m0 scale_b (plain or blocked); the
+// output in a's dtype (default) or fp32.
+Problem check_weight_only_mm(char const* op, at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
+                             std::optional<at::ScalarType> out_dtype, ScaleLayout layout);
+
 // `config` must name a catalogue entry of the given dtype family ("bf16"/"fp16" for mm,
 // "e4m3", "mxfp8", "e4m3xe2m1"); an unknown name lists the catalogue.
 void check_config(char const* op, std::optional<c10::string_view> config,

@@ -11,6 +11,7 @@
 #include "checks.h"
 #include "dispatch.h"
 #include "reference.h"
+#include "text.h"
 
 namespace persistent_gemm {
 namespace {
@@ -108,6 +109,26 @@ at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor c
   auto const da = a.to(at::kFloat) * block_scale_factors(scale_a, p.m, p.k, layout.a);
   auto const db = unpack_e2m1(b.t()) * block_scale_factors(scale_b, p.n, p.k, layout.b);  // (N, K)
   return epilogue_reference(at::mm(da, db.t()), epi, p.out_dtype);
+}
+
+at::Tensor weight_only_mm_ref(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
+                              std::optional<at::ScalarType> out_dtype, c10::string_view scale_b_layout,
+                              std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias) {
+  char const* op = "persistent_gemm.weight_only_mm";
+  ScaleLayout const layout = parse_scale_layout(op, scale_b_layout, "scale_b_layout");
+  auto const p = check_weight_only_mm(op, a, b, scale_b, out_dtype, layout);
+  // No fused kernel yet (issue 24): nothing to force.
+  TORCH_CHECK_VALUE(!config, msg(op, ": config '", std::string(*config), "': no weight-only kernel is built yet; this op "
+                    "runs its reference implementation on every device (leave config out)"));
+  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
+  bool const e2m1 = b.scalar_type() == at::kFloat4_e2m1fn_x2;
+  auto const values = e2m1 ? unpack_e2m1(b.t()) : b.t().to(at::kFloat);  // (N, K)
+  auto const db = values * block_scale_factors(scale_b, p.n, p.k, layout);
+  // fp32 products of a 16-bit activation and an MX weight are exact; the CPU sums them in fp32.
+  // A GPU's fp32 matmul may take TF32 (a global switch), so there the sums run in fp64.
+  auto const acc = a.is_cpu() ? at::mm(a.to(at::kFloat), db.t())
+                              : at::mm(a.to(at::kDouble), db.t().to(at::kDouble)).to(at::kFloat);
+  return epilogue_reference(acc, epi, p.out_dtype);
 }
 
 namespace {
@@ -219,6 +240,18 @@ at::Tensor mx_autograd(at::Tensor const& a, at::Tensor const& b, at::Tensor cons
   static auto const op = c10::Dispatcher::singleton().findSchemaOrThrow(Schema, "").typed<MxSig>();  // per op
   return op.call(a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
 }
+at::Tensor weight_only_autograd(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
+                                std::optional<at::ScalarType> out_dtype, c10::string_view scale_b_layout,
+                                std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias) {
+  refuse_grad("persistent_gemm.weight_only_mm", {{"a", &a}, {"b", &b}, {"scale_b", &scale_b}, {"bias", &or_none(bias)}});
+  at::AutoDispatchBelowADInplaceOrView below;
+  using Sig = at::Tensor(at::Tensor const&, at::Tensor const&, at::Tensor const&, std::optional<at::ScalarType>,
+                         c10::string_view, std::optional<c10::string_view>, std::optional<at::Tensor> const&);
+  static auto const op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("persistent_gemm::weight_only_mm", "").typed<Sig>();
+  return op.call(a, b, scale_b, out_dtype, scale_b_layout, config, bias);
+}
+
 constexpr char kMxfp8Name[] = "persistent_gemm.mxfp8_mm";
 constexpr char kMxfp8Schema[] = "persistent_gemm::mxfp8_mm";
 constexpr char kFp8Fp4Name[] = "persistent_gemm.fp8_fp4_mm";
@@ -247,6 +280,11 @@ TORCH_LIBRARY(persistent_gemm, m) {
   m.def(
       "fp8_fp4_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, ScalarType? out_dtype=None, "
       "str scale_layout='plain', str? config=None, str? scale_b_layout=None, Tensor? bias=None) -> Tensor");
+  // Weight-only MX (issue 24): bf16/fp16 activations x an MXFP8 or MXFP4 weight (b's dtype says
+  // which), output in a's dtype or fp32. pg.mm(a, prepared_weight) is its Python spelling.
+  m.def(
+      "weight_only_mm(Tensor a, Tensor b, Tensor scale_b, ScalarType? out_dtype=None, "
+      "str scale_b_layout='blocked', str? config=None, Tensor? bias=None) -> Tensor");
   // The GPU kernel of persistent_gemm.quantize_mxfp8 (quant.py, which defines it and runs it on
   // the CPU): (rows, K) float -> e4m3 data and plain (rows, ceil(K/32)) e8m0 scales.
   m.def("quantize_mxfp8(Tensor x, str rule='floor') -> (Tensor, Tensor)");
@@ -259,6 +297,7 @@ TORCH_LIBRARY_IMPL(persistent_gemm, CPU, m) {
   m.impl("scaled_mm", &scaled_mm_cpu);
   m.impl("mxfp8_mm", &mxfp8_mm_cpu);
   m.impl("fp8_fp4_mm", &fp8_fp4_mm_cpu);
+  m.impl("weight_only_mm", &weight_only_mm_ref);
 }
 
 TORCH_LIBRARY_IMPL(persistent_gemm, CUDA, m) {
@@ -266,6 +305,7 @@ TORCH_LIBRARY_IMPL(persistent_gemm, CUDA, m) {
   m.impl("scaled_mm", &scaled_mm_cuda);
   m.impl("mxfp8_mm", &mxfp8_mm_cuda);
   m.impl("fp8_fp4_mm", &fp8_fp4_mm_cuda);
+  m.impl("weight_only_mm", &weight_only_mm_ref);  // the reference until the fused kernels land (issue 24)
 }
 
 TORCH_LIBRARY_IMPL(persistent_gemm, Autograd, m) {
@@ -273,6 +313,7 @@ TORCH_LIBRARY_IMPL(persistent_gemm, Autograd, m) {
   m.impl("scaled_mm", &scaled_mm_autograd);
   m.impl("mxfp8_mm", &mx_autograd<kMxfp8Name, kMxfp8Schema>);
   m.impl("fp8_fp4_mm", &mx_autograd<kFp8Fp4Name, kFp8Fp4Schema>);
+  m.impl("weight_only_mm", &weight_only_autograd);
 }
 
 }  // namespace persistent_gemm

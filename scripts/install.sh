@@ -37,6 +37,24 @@ echo "== build"
 # isolated build would fetch another torch); --no-deps: everything is installed already.
 jobs=${MAX_JOBS:-$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
 start=$(date +%s)
-MAX_JOBS=$jobs "$PY" -m pip install -q --no-build-isolation --no-deps -e .
+# pip -v streams the build; the filter keeps setup.py's plan line and one line per compiled file
+# (ninja's "[persistent_gemm k/N done, elapsed]" status and the object it wrote); the whole log
+# stays in build/install.log. The objects in build/ are reused by the next install (incremental).
+mkdir -p "$ROOT/build"
+log="$ROOT/build/install.log"
+echo "   one line per compiled file below; the full log: $log"
+set +e
+MAX_JOBS=$jobs "$PY" -m pip install -v --no-build-isolation --no-deps -e . 2>&1 | tee "$log" | awk '
+  /^persistent_gemm: compiling/ { print "   " $0; fflush() }
+  /^\[persistent_gemm [0-9]+\/[0-9]+ done/ {
+    out = ""; for (i = 5; i < NF; i++) if ($i == "-o") out = $(i + 1)
+    n = split(out, part, "/"); printf "   %s %s %s %s %s\n", $1, $2, $3, $4, part[n]; fflush()
+  }'
+rc=${PIPESTATUS[0]}
+set -e
 end=$(date +%s)
+if [ "$rc" -ne 0 ]; then
+  tail -40 "$log" >&2
+  die "the build failed (rc $rc) after $((end - start)) s; the full log is $log"
+fi
 echo "build took $((end - start)) s"

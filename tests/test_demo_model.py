@@ -230,12 +230,24 @@ def test_demo_prints_the_real_model_table(monkeypatch, capsys, tmp_path):
     assert demo.real_model("cpu", WEIGHTS) == 0
     out = capsys.readouterr().out
     assert demo.MODEL_TITLE in out and "4 sequences x 64 tokens" in out and "lm_head" in out
-    rows = {line[2:14].strip(): line.split() for line in out.splitlines() if line[2:14].strip() in
-            ("torch bf16",) + nn.FORMATS and " | " in line}
+    rows = {line.split(" | ")[0].strip(): line.split() for line in out.splitlines() if " | " in line
+            and line.split(" | ")[0].strip() in ("torch bf16",) + nn.FORMATS}
     assert set(rows) == {"torch bf16", *nn.FORMATS}, out
     assert all(rows[f][-1] == "ok" for f in nn.FORMATS) and "FAIL" not in out, out
     assert "measured on a GPU only" in out
-    assert demo.real_model("cpu", str(tmp_path / "missing.whl")) == 0
+    # Newcomer report #22: a path the user gave that is missing or unreadable fails, named; no
+    # weights at all is a skip.
+    assert demo.real_model("cpu", str(tmp_path / "missing.whl")) == 1
+    assert "error: MGM weights" in capsys.readouterr().out
+    corrupt = tmp_path / "pytorch_model.bin"
+    corrupt.write_bytes(b"not a checkpoint")
+    assert demo.real_model("cpu", str(corrupt)) == 1
+    out = capsys.readouterr().out
+    assert "could not be read" in out
+    monkeypatch.delenv(dm.ENV_VAR, raising=False)
+    monkeypatch.setattr(dm, "_installed_mgm", lambda: None)
+    monkeypatch.setattr(dm, "_checkout_wheel", lambda: None)
+    assert demo.real_model("cpu", None) == 0
     assert "skipped" in capsys.readouterr().out
 
 

@@ -110,3 +110,32 @@ def test_the_mx_ops_take_torchs_argument_order_and_name_it(op):
     with pytest.raises(TypeError, match="e8m0 scale tensor as b"):
         getattr(pg, op)(a, sa, pw)
     assert "fmt=" in repr(pw) and "tensor(" not in repr(pw)
+
+
+def test_one_format_answers_to_its_other_names():
+    # Newcomer report #19: explain takes the op's name, the pg.nn format, "mxfp4" and torch dtypes
+    # beside the family; prepare_weight takes "mxfp4" / "fp8_fp4" for "fp4".
+    want = pg.explain(256, 4096, 4096, dtype="e4m3xe2m1").config
+    for alias in ("fp8_fp4", "fp8_fp4_mm", "mxfp4"):
+        assert pg.explain(256, 4096, 4096, dtype=alias).config == want, alias
+    assert pg.explain(256, 4096, 4096, dtype=torch.bfloat16, out_dtype=torch.float32).config == \
+        pg.explain(256, 4096, 4096, dtype="bf16", out_dtype="fp32").config
+    wq, ws = pg.quantize_mxfp4(torch.randn(48, 128))
+    assert pg.prepare_weight(wq, ws, fmt="mxfp4").fmt == "fp4"
+    with pytest.raises(ValueError, match=r"fmt must be one of \('mxfp8', 'fp4'\) \(or 'mxfp4'"):
+        pg.prepare_weight(wq, ws, fmt="nvfp4")
+
+
+def test_papercut_errors_name_the_fix():
+    # Newcomer report #18, #20, #25: NVFP4 is named as unsupported; the rule's case; a transposed
+    # weight handed to prepare_weight or an untransposed one to mm.
+    with pytest.raises(ValueError, match="NVFP4 .* is not supported; 'fp8_fp4' is MX FP4"):
+        pg.nn.QuantConfig("nvfp4")
+    with pytest.raises(ValueError, match="lowercase: torchao's ScaleCalculationMode.RCEIL is 'rceil'"):
+        pg.quantize_mxfp8(torch.randn(2, 32), rule="RCEIL")
+    wq, ws = pg.quantize_mxfp4(torch.randn(48, 128))
+    with pytest.raises(ValueError, match="wq looks transposed"):
+        pg.prepare_weight(wq.t(), ws, fmt="fp4")
+    a, w = torch.randn(4, 64).bfloat16(), torch.randn(32, 64).bfloat16()
+    with pytest.raises(ValueError, match=r"b looks like the \(N, K\) weight itself: pass its transpose"):
+        pg.mm(a, w)

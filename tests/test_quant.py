@@ -446,7 +446,19 @@ def test_quantize_argument_errors():
     with pytest.raises(ValueError, match=r"x must be a 2-D"):
         quantize_mxfp8(x[0])
     with pytest.raises(ValueError, match=r"x must be a 2-D"):
-        quantize_mxfp4(x.reshape(2, 2, 32))
+        quantize_mxfp4(x[0])
+
+
+@pytest.mark.parametrize("quantize", [quantize_mxfp8, quantize_mxfp4], ids=lambda f: f.__name__)
+def test_quantize_takes_leading_dims(quantize):
+    # Newcomer report #25: (..., K) as torchao's MXTensor takes it, row by row, leading dims kept.
+    x = varied(6, 64, seed=11)
+    flat = quantize(x)
+    for shape in ((2, 3, 64), (1, 6, 64), (3, 2, 1, 64)):
+        data, scale = quantize(x.reshape(shape))
+        assert data.shape == (*shape[:-1], flat[0].shape[-1]) and scale.shape == (*shape[:-1], 2)
+        assert torch.equal(data.reshape(flat[0].shape).view(torch.uint8), flat[0].view(torch.uint8))
+        assert torch.equal(scale.reshape(6, 2).view(torch.uint8), flat[1].view(torch.uint8))
     with pytest.raises(TypeError, match=r"x must have a floating-point dtype"):
         quantize_mxfp8(torch.ones(2, 32, dtype=torch.int32))
     with pytest.raises(TypeError, match=r"x must be a torch.Tensor"):

@@ -23,7 +23,7 @@ from .archs import ARCH_NAMES, ARCHS
 from .catalogue import CATALOGUE, ConfigError, KernelConfig
 from .explain import Decision, explain
 from .jit import JitCompileError, KernelNotBuiltError, precompile
-from .prepare import PreparedWeight, prepare_weight
+from .prepare import PreparedWeight, from_mxfp4_blocks, prepare_weight
 from .quant import dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp4, quantize_mxfp8
 from .scale_layout import SCALE_LAYOUTS, from_blocked, to_blocked
 from .schedule import ScheduleGrid, TileSchedule
@@ -164,6 +164,7 @@ __all__ = [
     "to_blocked",
     "PreparedWeight",
     "prepare_weight",
+    "from_mxfp4_blocks",
     "from_blocked",
     "explain",
     "Decision",

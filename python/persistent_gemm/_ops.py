@@ -147,6 +147,22 @@ def _mxfp8_mm_fake(a, b, scale_a, scale_b, out_dtype=None, scale_layout="plain",
     return _result(a, b.shape[1], _out(out_dtype, torch.bfloat16), bias)
 
 
+@torch.library.register_fake(f"{_LIB}::weight_only_mm")
+def _weight_only_mm_fake(a, b, scale_b, out_dtype=None, scale_b_layout="blocked", config=None, bias=None):
+    _check_devices("weight_only_mm", a=a, b=b, scale_b=scale_b, bias=bias)
+    _check_2d("a", a)
+    _check_2d("b", b)
+    torch._check(a.dtype in (torch.bfloat16, torch.float16), lambda: f"a must be bfloat16 or float16, got {a.dtype}")
+    e2m1 = b.dtype == torch.float4_e2m1fn_x2
+    torch._check(e2m1 or b.dtype == torch.float8_e4m3fn,
+                 lambda: f"b must be float8_e4m3fn or float4_e2m1fn_x2, got {b.dtype}")
+    _check_k(a, b.shape[0] * (2 if e2m1 else 1))
+    _check_scale("scale_b", scale_b, b.shape[1], a.shape[1], scale_b_layout, "scale_b_layout")
+    out = _out(out_dtype, a.dtype)
+    torch._check(out in (a.dtype, torch.float32), lambda: f"out_dtype must be {a.dtype} or float32, got {out}")
+    return _result(a, b.shape[1], out, bias)
+
+
 @torch.library.register_fake(f"{_LIB}::fp8_fp4_mm")
 def _fp8_fp4_mm_fake(a, b, scale_a, scale_b, out_dtype=None, scale_layout="plain", config=None,
                      scale_b_layout=None, bias=None):
@@ -222,6 +238,12 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = N
        beta: float = 1.0) -> torch.Tensor:
     """``a @ b`` for bf16/fp16 ``a`` (M, K) and ``b`` (K, N), fp32 accumulation.
 
+    ``b`` may be a :class:`PreparedWeight` (MXFP8 or MXFP4, :func:`prepare_weight`): a
+    weight-only MX GEMM, the activations staying 16-bit (``torch.ops.persistent_gemm.weight_only_mm``;
+    output in ``a``'s dtype or fp32, ``bias`` as here, no ``alpha``/``beta``). It runs its
+    reference implementation on every device until the fused kernels land (issue 24): the
+    weight dequantized exactly, fp32 products, one rounding.
+
     Row- and column-major operands run without copies; any other strides (stride-0 broadcast
     views such as ``x.expand(M, K)``, misaligned rows) are copied once to a K-major buffer.
     ``out_dtype`` defaults to the input dtype (bf16, fp16 or fp32 allowed). ``config`` forces a
@@ -232,6 +254,14 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = N
     rounding (on SM90; SM100 kernels add it after, unfused). ``beta == 0`` ignores the bias.
     Differentiable in ``a``, ``b`` and ``bias``: the backward is two ``mm`` calls and a sum.
     """
+    from .prepare import PreparedWeight
+
+    if isinstance(b, PreparedWeight):
+        if alpha != 1.0 or beta != 1.0:
+            raise ValueError("mm with a PreparedWeight (weight-only MX) takes no alpha / beta; scale the output instead")
+        _check_types("mm", out_dtype, bias, a=a)
+        return torch.ops.persistent_gemm.weight_only_mm.default(a, b.b, b.scale_b, out_dtype, b.scale_b_layout,
+                                                                None if config is None else str(config), bias)
     _check_types("mm", out_dtype, bias, a=a, b=b)
     return torch.ops.persistent_gemm.mm.default(
         a, b, out_dtype, _config(config, "mm", "fp16" if a.dtype == torch.float16 else "bf16", a.device),

@@ -338,7 +338,7 @@ class DequantizedLinear(torch.nn.Module):
         elif self.format == "fp8_rowwise":
             w = lin.weight_q.double() * lin.weight_scale.reshape(n, 1).double()
         else:
-            deq = dequantize_mxfp8 if self.format == "mxfp8" else dequantize_mxfp4
+            deq = dequantize_mxfp8 if self.format in ("mxfp8", "mxfp8_weight_only") else dequantize_mxfp4
             w = deq(lin.weight_q, _plain(lin.weight_scale, n, k)).double()
         self.register_buffer("weight", w, persistent=False)  # (N, K) float64, dequantized once
 
@@ -349,11 +349,15 @@ class DequantizedLinear(torch.nn.Module):
         if self.format == "fp8_rowwise":
             xq, xs = _rowwise_e4m3(x2)
             return xq.double() * xs.double()
+        if self.format.endswith("_weight_only"):  # 16-bit activations as the layer computes them
+            return x2.to(x2.dtype if x2.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16).double()
         return dequantize_mxfp8(*quantize_mxfp8(x2, rule=self.lin.qconfig.rule)).double()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lin = self.lin
         compute = lin.weight.dtype if self.format == "bf16" else torch.bfloat16
+        if self.format.endswith("_weight_only") and x.dtype == torch.float16:
+            compute = torch.float16
         out_dtype = torch.float32 if x.dtype == torch.float32 else compute
         y = self.activations(x.reshape(-1, lin.in_features)) @ self.weight.t()
         if lin.bias is not None:  # the layer hands its bias to the op in the output dtype

@@ -12,6 +12,7 @@ from typing import Optional
 from .archs import ARCH_NAMES
 from .archs import ARCHS as ARCH_SPECS
 from .catalogue import MX_DTYPES, KernelConfig
+from .library import canonical_family
 from .schedule import check_int
 
 #: What :func:`explain` accepts (the C++ side knows the same names).
@@ -130,7 +131,8 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     """The kernel ``mm``/``scaled_mm`` would pick for an (M, N, K) problem.
 
     ``M``, ``N``, ``K``: positive ints below 2^31. ``dtype``: ``"bf16"``, ``"fp16"`` (mm),
-    ``"e4m3"`` (scaled_mm), ``"mxfp8"`` (mxfp8_mm) or ``"e4m3xe2m1"`` (fp8_fp4_mm). ``out_dtype``: ``"bf16"``, ``"fp16"`` or ``"fp32"``; defaults to the
+    ``"e4m3"`` (scaled_mm), ``"mxfp8"`` (mxfp8_mm) or ``"e4m3xe2m1"`` (fp8_fp4_mm); the op's name, the
+    pg.nn format (``"fp8_rowwise"``, ``"fp8_fp4"``), ``"mxfp4"`` and torch dtypes are accepted too. ``out_dtype``: ``"bf16"``, ``"fp16"`` or ``"fp32"``; defaults to the
     input dtype for mm, bf16 for fp8. ``layout`` is two letters, for a (M, K) and b (K, N):
     ``r`` row-major, ``c`` column-major (``"rc"``: both K-major, the fast path). ``scale``:
     ``"none"`` for mm; ``"tensor"`` or ``"row"`` for scaled_mm (dtype ``"e4m3"`` needs one of
@@ -160,6 +162,13 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     """
     from . import require_extension
 
+    import torch
+
+    from .library import ELEMENTS
+
+    dtype = canonical_family(dtype)  # "fp8_fp4", "mxfp8_mm", torch.bfloat16, ... (catalogue.FAMILY_ALIASES)
+    if isinstance(out_dtype, torch.dtype):
+        out_dtype = next((n for n in OUT_DTYPES if getattr(torch, ELEMENTS[n].torch) == out_dtype), out_dtype)
     arch, sm_count = _device_defaults(arch, sm_count)
     M, N, K, sm_count = _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config,
                                     use_fast_accum)

@@ -37,6 +37,26 @@ ELEMENTS: dict[str, Element] = {e.name: e for e in (
     Element("e2m1", "cutlass::float_e2m1_t", "E2M1", "float4_e2m1fn_x2", 4),
 )}
 
+#: The names the rest of the library gives a family (its op, its pg.nn format, its quantizer),
+#: accepted wherever a family is asked for (explain, the CLI) beside the canonical one.
+FAMILY_ALIASES: dict[str, str] = {
+    "mm": "bf16", "scaled_mm": "e4m3", "fp8_rowwise": "e4m3", "mxfp8_mm": "mxfp8",
+    "fp8_fp4_mm": "e4m3xe2m1", "fp8_fp4": "e4m3xe2m1", "mxfp4": "e4m3xe2m1", "fp4": "e4m3xe2m1",
+}
+
+
+def canonical_family(name):
+    """``name`` as a catalogue dtype family: itself, an alias of FAMILY_ALIASES, or a torch dtype of a
+    16-bit or e4m3 family (torch.bfloat16 -> "bf16"). Anything else is returned unchanged, for
+    the caller's own error."""
+    import torch
+
+    if isinstance(name, torch.dtype):
+        return next((e.name for e in ELEMENTS.values() if getattr(torch, e.torch, None) == name
+                     and e.name in ("bf16", "fp16", "e4m3")), name)
+    return FAMILY_ALIASES.get(name, name) if isinstance(name, str) else name
+
+
 #: Epilogue scale modes (registry.h ScaleMode) by their variant spelling.
 SCALE_MODES = {"none": "None", "tensor": "Tensorwise", "row": "Rowwise", "block": "Block32"}
 

@@ -15,7 +15,13 @@ bf16       bf16 (fp16 kept), ``mm``             cast to the weight's dtype; trai
 fp8_rowwise e4m3, one fp32 scale per output row  e4m3, one fp32 scale per token (``scaled_mm``)
 mxfp8      e4m3 + e8m0 per 1x32, blocked scales ``quantize_mxfp8`` (``mxfp8_mm``)
 fp8_fp4    e2m1 + e8m0 per 1x32, blocked scales ``quantize_mxfp8`` (``fp8_fp4_mm``)
+mxfp8_weight_only  as mxfp8                     kept 16-bit (``weight_only_mm``, ``pg.mm(x, w)``)
+mxfp4_weight_only  as fp8_fp4                   kept 16-bit (``weight_only_mm``)
 ========== ==================================== ============================================
+
+The weight-only formats (torchao's ``...WeightOnlyConfig`` idea; how MXFP4 checkpoints such as
+gpt-oss are served on Hopper) run the op's reference implementation until its fused kernels land
+(issue 24).
 
 Inputs may have any leading dims (``(..., in_features)``). The output has the input's dtype
 (bf16, fp16 or fp32: an fp16 model stays fp16 after the swap), computed in the layer's compute
@@ -43,10 +49,13 @@ from .scale_layout import to_blocked
 __all__ = ["FORMATS", "QuantConfig", "Linear", "quantize_"]
 
 #: The formats a :class:`Linear` computes in.
-FORMATS = ("bf16", "fp8_rowwise", "mxfp8", "fp8_fp4")
+FORMATS = ("bf16", "fp8_rowwise", "mxfp8", "fp8_fp4", "mxfp8_weight_only", "mxfp4_weight_only")
+#: Weight-only formats: the weight as mxfp8 / fp8_fp4 store it, the activations kept 16-bit.
+_WEIGHT_ONLY = {"mxfp8_weight_only": "mxfp8", "mxfp4_weight_only": "fp8_fp4"}
 #: format -> (the op it calls, its kernels' dtype family) for a forced config
 _FORMAT_OP = {"bf16": ("mm", "bf16"), "fp8_rowwise": ("scaled_mm", "e4m3"), "mxfp8": ("mxfp8_mm", "mxfp8"),
-              "fp8_fp4": ("fp8_fp4_mm", "e4m3xe2m1")}
+              "fp8_fp4": ("fp8_fp4_mm", "e4m3xe2m1"), "mxfp8_weight_only": ("weight_only_mm", "mxfp8"),
+              "mxfp4_weight_only": ("weight_only_mm", "e4m3xe2m1")}
 _E4M3_MAX = 448.0
 #: float32 amax floor of the rowwise scales, so an all-zero row gets a finite scale.
 _TINY = 1e-12
@@ -57,7 +66,8 @@ class QuantConfig:
     """How :func:`quantize_` converts each Linear.
 
     ``format``: one of :data:`FORMATS`. ``rule``: the MX shared-exponent rule of weights and
-    activations (``"floor"``, OCP, or ``"rceil"``, torchao's default). ``use_fast_accum``:
+    activations (``"floor"``, OCP's and this library's default, or ``"rceil"``, the default of
+    torchao's MX inference configs). ``use_fast_accum``:
     fp8_rowwise only, ``torch._scaled_mm``'s meaning. ``config``: a kernel config name forced on
     every call (``None``: the dispatcher chooses per shape)."""
 
@@ -68,7 +78,11 @@ class QuantConfig:
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
-            raise ValueError(f"format must be one of {FORMATS}, got {self.format!r}")
+            hint = {"nvfp4": ": NVFP4 (e4m3 scales per 16 elements) is not supported; 'fp8_fp4' is MX FP4 weights "
+                             "(e8m0 per 32) with MXFP8 activations",
+                    "mxfp4": ": MXFP4 weights are 'fp8_fp4' (with MXFP8 activations)",
+                    "fp8": ": FP8 with per-row scales is 'fp8_rowwise'"}.get(str(self.format).lower(), "")
+            raise ValueError(f"format must be one of {FORMATS}, got {self.format!r}{hint}")
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
         if not isinstance(self.use_fast_accum, bool):
@@ -95,8 +109,8 @@ class Linear(torch.nn.Module):
         if not isinstance(qconfig, QuantConfig):
             raise TypeError(f"qconfig must be a QuantConfig, got {type(qconfig).__name__}")
         self.in_features, self.out_features, self.qconfig = int(in_features), int(out_features), qconfig
-        if qconfig.format == "fp8_fp4" and self.in_features % MX_BLOCK:
-            raise ValueError(f"format='fp8_fp4' needs in_features % {MX_BLOCK} == 0 (fp8_fp4_mm's K rule), "
+        if qconfig.format in ("fp8_fp4", "mxfp4_weight_only") and self.in_features % MX_BLOCK:
+            raise ValueError(f"format={qconfig.format!r} needs in_features % {MX_BLOCK} == 0 (an e2m1 weight's K rule), "
                              f"got in_features={self.in_features}")
         self.bias = None
         if bias:
@@ -124,7 +138,8 @@ class Linear(torch.nn.Module):
             m.register_buffer("weight_q", wq)                   # (N, K) e4m3
             m.register_buffer("weight_scale", ws.t().contiguous())  # (1, N) float32
         else:
-            wq, ws = (quantize_mxfp8 if fmt == "mxfp8" else quantize_mxfp4)(w, rule=qconfig.rule)
+            mx = _WEIGHT_ONLY.get(fmt, fmt)
+            wq, ws = (quantize_mxfp8 if mx == "mxfp8" else quantize_mxfp4)(w, rule=qconfig.rule)
             m.register_buffer("weight_q", wq)  # (N, K) e4m3 or (N, K/2) packed e2m1
             # Blocked once here, so the kernels never relay out the weight's scales per call.
             m.register_buffer("weight_scale", to_blocked(ws))
@@ -166,13 +181,16 @@ class Linear(torch.nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         q, ops = self.qconfig, torch.ops.persistent_gemm
-        compute = self.weight.dtype if q.format == "bf16" else torch.bfloat16
+        if q.format in _WEIGHT_ONLY:  # 16-bit activations as they come (fp32 ones computed in bf16)
+            compute = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+        else:
+            compute = self.weight.dtype if q.format == "bf16" else torch.bfloat16
         out_dtype = self._out_dtype(x, compute)
         bias = None if self.bias is None else self.bias.to(out_dtype)  # the op takes D's dtype
         # A forced config goes through the ops' own resolution, which JIT-compiles a valid spec at
         # its first eager use (a bare name passed to torch.ops would only be looked up).
         config = None
-        if q.config is not None:
+        if q.config is not None and q.format not in _WEIGHT_ONLY:  # (no weight-only kernel to force yet)
             from ._ops import _config
 
             op_name, family = _FORMAT_OP[q.format]
@@ -185,6 +203,9 @@ class Linear(torch.nn.Module):
             xq, xs = _rowwise_e4m3(x2)
             y = ops.scaled_mm.default(xq, self.weight_q.t(), xs, self.weight_scale, out_dtype,
                                       q.use_fast_accum, config, bias)
+        elif q.format in _WEIGHT_ONLY:
+            y = ops.weight_only_mm.default(x2.to(compute), self.weight_q.t(), self.weight_scale, out_dtype, "blocked",
+                                           q.config, bias)
         else:
             xq, xs = quantize_mxfp8(x2, rule=q.rule)
             op = ops.mxfp8_mm if q.format == "mxfp8" else ops.fp8_fp4_mm
@@ -195,7 +216,7 @@ class Linear(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, format={self.qconfig.format!r}"
-                + (f", rule={self.qconfig.rule!r}" if self.qconfig.format in ("mxfp8", "fp8_fp4") else ""))
+                + (f", rule={self.qconfig.rule!r}" if self.qconfig.format not in ("bf16", "fp8_rowwise") else ""))
 
 
 FilterFn = Callable[[torch.nn.Module, str], bool]

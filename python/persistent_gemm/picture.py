@@ -33,7 +33,7 @@ WORKER_PALETTE = ("#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8
 #: Legend entries listed before the rest is summarised in one "…" entry.
 LEGEND_MAX = 12
 #: The caption's sentence for the numbers written on the tiles (clustered configs name the cluster).
-NUMBER_CAPTION = "number in a tile = the persistent worker (CTA) that computes it"
+NUMBER_CAPTION = "number in a tile = the persistent worker that computes it"
 JIT_STATUS = "not built — JIT-compiles on first use (persistent_gemm.precompile)"
 NO_EXTENSION_STATUS = "extension not built here"
 
@@ -313,8 +313,10 @@ def panel_data(config, M: int, N: int, workers: int | None = None, sm_count: int
     cm, cn = s.cluster
     status = build_status(config)
 
+    # A swap-AB kernel walks D^T: its rows are the weight's (the op's N), its columns the tokens.
+    extents = (f"M={g.N} N={g.M} (swap-AB: the kernel's grid is N x M)" if config.swap_ab else f"M={g.M} N={g.N}")
     title = [config.name,
-             f"M={g.M} N={g.N}" + (f" K={K}" if K is not None else "")
+             extents + (f" K={K}" if K is not None else "")
              + f": {Mt} x {Nt} tiles of {tm}x{tn}, {workers} workers, {waves} wave{'s' * (waves != 1)}"
              + (f", split-K {g.splits} (tile = {g.splits} units; split 0 shown)" if g.splits > 1 else ""),
              status]
@@ -325,7 +327,7 @@ def panel_data(config, M: int, N: int, workers: int | None = None, sm_count: int
     caption = []
     if annotate:
         caption.append(NUMBER_CAPTION + ("" if cm * cn == 1 else
-                                         f"; here a worker is a {cm}x{cn} cluster of CTAs, so its tiles share a number"))
+                                         f" (a worker is a {cm}x{cn} cluster of CTAs, so its tiles share a number)"))
     caption.append("colour = " + ("wave: wave s is every worker's s-th tile (ids s·W … s·W+W−1); "
                                   if color_by == "wave" else "worker; ") + "red lines = wave boundaries")
     line = "row" if s.raster == "row" else "column"

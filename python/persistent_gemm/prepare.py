@@ -27,13 +27,16 @@ from .scale_layout import blocked_shape, check_scale_layout, from_blocked, to_bl
 if TYPE_CHECKING:
     from .fold import FoldPlan
 
-__all__ = ["FORMATS", "PreparedWeight", "prepare_weight"]
+__all__ = ["FORMATS", "PreparedWeight", "prepare_weight", "from_mxfp4_blocks"]
 
 #: fmt -> (weight dtype, data bytes per K element, the op that takes it)
 FORMATS = {
     "mxfp8": (torch.float8_e4m3fn, 1.0, "mxfp8_mm"),
     "fp4": (torch.float4_e2m1fn_x2, 0.5, "fp8_fp4_mm"),
 }
+
+#: The other names of a format in the library (its pg.nn format, its dtype family, its quantizer).
+FORMAT_ALIASES = {"mxfp4": "fp4", "fp8_fp4": "fp4", "e4m3xe2m1": "fp4"}
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,9 @@ def prepare_weight(wq: torch.Tensor, ws: torch.Tensor, *, fmt: str, scale_layout
     :func:`quantize_mxfp8` / :func:`quantize_mxfp4` return. ``ws``: its e8m0 scales, plain
     (N, ceil(K/32)) or, with ``scale_layout="blocked"``, already blocked.
     """
+    fmt = FORMAT_ALIASES.get(fmt, fmt) if isinstance(fmt, str) else fmt
     if fmt not in FORMATS:
-        raise ValueError(f"fmt must be one of {tuple(FORMATS)}, got {fmt!r}")
+        raise ValueError(f"fmt must be one of {tuple(FORMATS)} (or {', '.join(map(repr, FORMAT_ALIASES))}), got {fmt!r}")
     dtype, per_k, op = FORMATS[fmt]
     check_scale_layout(scale_layout)
     if not isinstance(wq, torch.Tensor) or wq.dim() != 2:
@@ -127,7 +131,11 @@ def prepare_weight(wq: torch.Tensor, ws: torch.Tensor, *, fmt: str, scale_layout
     blocks = -(-k // MX_BLOCK)
     if scale_layout == "plain":
         if ws.dim() != 2 or tuple(ws.shape) != (n, blocks):
-            raise ValueError(f"ws must be (N, ceil(K/32)) = ({n}, {blocks}) plain scales, got {tuple(ws.shape)}")
+            hint = ""
+            if ws.dim() == 2 and ws.shape[0] == wq.shape[1]:
+                hint = ("; wq looks transposed: prepare_weight takes the weight as stored, (N, K) rows (what the "
+                        "quantizer returned), not the wq.t() the ops take")
+            raise ValueError(f"ws must be (N, ceil(K/32)) = ({n}, {blocks}) plain scales, got {tuple(ws.shape)}{hint}")
         blocked = to_blocked(ws.contiguous())
     else:
         rows_p, blocks_p = blocked_shape(n, blocks)
@@ -138,3 +146,29 @@ def prepare_weight(wq: torch.Tensor, ws: torch.Tensor, *, fmt: str, scale_layout
     if blocked.data_ptr() % 16:
         blocked = blocked.clone()
     return PreparedWeight(b=_aligned_rows(wq).t(), scale_b=blocked.reshape(-1), fmt=fmt, n=n, k=k)
+
+
+def from_mxfp4_blocks(blocks: torch.Tensor, scales: torch.Tensor) -> PreparedWeight:
+    """A prepared MXFP4 weight from a checkpoint's (blocks, scales) tensors, as gpt-oss and the OCP
+    MX spec store them: ``blocks`` (N, K/32, 16) uint8 -- 32 e2m1 codes per scale block, two per
+    byte, the low nibble first -- and ``scales`` (N, K/32) uint8 e8m0 codes (bias 127). Nothing
+    is converted: the bytes are the weight as ``quantize_mxfp4`` would lay it out, viewed and
+    prepared (``pg.mm(x, w)`` for bf16/fp16 activations, ``fp8_fp4_mm(xq, w, xs)`` for MXFP8 ones).
+    An expert-stacked tensor (E, N, K/32, 16) is taken one expert at a time: ``blocks[e]``."""
+    for name, t, dims in (("blocks", blocks, 3), ("scales", scales, 2)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in (torch.uint8, torch.int8) and not (name == "scales" and t.dtype == torch.float8_e8m0fnu):
+            raise TypeError(f"{name} must be the checkpoint's uint8 bytes, got {t.dtype}")
+        if t.dim() != dims:
+            extra = " (one expert at a time: blocks[e], scales[e])" if t.dim() == dims + 1 else ""
+            want = "(N, K/32, 16)" if name == "blocks" else "(N, K/32)"
+            raise ValueError(f"{name} must be {want}, got shape {tuple(t.shape)}{extra}")
+    n, nb, width = blocks.shape
+    if width != MX_BLOCK // 2:
+        raise ValueError(f"blocks must hold {MX_BLOCK // 2} bytes (32 e2m1 codes) per scale block, got {width}")
+    if tuple(scales.shape) != (n, nb):
+        raise ValueError(f"scales must be (N, K/32) = ({n}, {nb}) for blocks {tuple(blocks.shape)}, got {tuple(scales.shape)}")
+    wq = blocks.contiguous().view(torch.uint8).reshape(n, nb * width).view(torch.float4_e2m1fn_x2)
+    ws = scales.contiguous().view(torch.uint8).view(torch.float8_e8m0fnu)
+    return prepare_weight(wq, ws, fmt="fp4")

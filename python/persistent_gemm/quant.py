@@ -13,7 +13,8 @@ the last dim K of a ``(rows, K)`` tensor; the last block may be partial:
     ``emax_elem = 8`` for e4m3 (largest normal 448 = 1.75 * 2^8) and ``2`` for e2m1
     (6 = 1.5 * 2^2). ``floor(log2)`` is read exactly from :func:`torch.frexp`. The largest
     elements of a block may saturate.
-  - ``"rceil"`` (torchao's default, NVIDIA's ``cvt.rp`` to e8m0): ``E = ceil(log2(amax /
+  - ``"rceil"`` (the default of torchao's MX inference configs -- its ``MXTensor.to_mx`` defaults
+    to floor --, NVIDIA's ``cvt.rp`` to e8m0): ``E = ceil(log2(amax /
     max_elem))``, the float32 quotient rounded up to a power of two, so nothing saturates.
 
   Either is clamped to the e8m0 range ``[-127, 127]``.
@@ -105,7 +106,8 @@ RULES = ("floor", "rceil")
 
 def _check_rule(rule) -> None:
     if rule not in RULES:
-        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+        hint = " (lowercase: torchao's ScaleCalculationMode.RCEIL is 'rceil')" if isinstance(rule, str) else ""
+        raise ValueError(f"rule must be one of {RULES}{hint}, got {rule!r}")
 
 
 def _check_2d(t, name: str, dtype: torch.dtype | None = None) -> None:
@@ -223,8 +225,9 @@ def quantize_mxfp8(x: torch.Tensor, block: int = MX_BLOCK, *, rule: str = "floor
     block : int
         Elements per scale: 32 (MX v1.0; the only size the MX ops take).
     rule : {"floor", "rceil"}
-        The shared-exponent rule (module docstring): OCP's floor, or round-up (torchao's
-        default), which never saturates.
+        The shared-exponent rule (module docstring): OCP's floor (the default here and in
+        torchao's ``MXTensor.to_mx``), or round-up (torchao's MX inference configs' default),
+        which never saturates.
 
     A bf16 / fp16 / fp32 CUDA tensor is quantized by one kernel of the extension, bit for bit
     :func:`quantize_mxfp8_reference` (the torch-ops definition, which every other input takes).
@@ -242,7 +245,8 @@ def quantize_mxfp8(x: torch.Tensor, block: int = MX_BLOCK, *, rule: str = "floor
     TypeError
         ``x`` is not a floating tensor; ``block`` is not an int.
     ValueError
-        ``x`` is not 2-D; ``block`` is not 32; ``rule`` is unknown. (NaN/inf become NaN scales.)
+        ``x`` is 0-D or 1-D; ``block`` is not 32; ``rule`` is unknown. (NaN/inf become NaN scales.)
+        An N-D ``x`` (..., K) is quantized row by row; both results keep its leading dims.
 
     Examples
     --------
@@ -252,10 +256,19 @@ def quantize_mxfp8(x: torch.Tensor, block: int = MX_BLOCK, *, rule: str = "floor
     >>> scale.view(torch.uint8).tolist(), data.float().tolist()
     ([[132]], [[448.0, 0.03125]])
     """
+    if isinstance(x, torch.Tensor) and x.dim() > 2:  # leading dims, as torchao's MXTensor takes them
+        return _over_rows(quantize_mxfp8, x, block, rule)
     native = _native_quantizer(x, block, rule)
     if native is not None:
         return native(x, rule)
     return quantize_mxfp8_reference(x, block, rule=rule)
+
+
+def _over_rows(quantize, x: torch.Tensor, block: int, rule: str):
+    """``quantize`` of an N-D ``x`` (..., K): its rows quantized as one (rows, K) matrix, both
+    results given back the leading dims."""
+    data, scale = quantize(x.reshape(-1, x.shape[-1]), block, rule=rule)
+    return data.reshape(*x.shape[:-1], data.shape[-1]), scale.reshape(*x.shape[:-1], scale.shape[-1])
 
 
 #: Input dtypes the extension's CUDA quantizer reads (others take the torch path).
@@ -316,8 +329,9 @@ def quantize_mxfp4(x: torch.Tensor, block: int = MX_BLOCK, *, rule: str = "floor
     TypeError
         ``x`` is not a floating tensor; ``block`` is not an int.
     ValueError
-        ``x`` is not 2-D or has odd K; ``block`` is not 32; ``rule`` is unknown. (NaN/inf
-        become NaN scales.)
+        ``x`` is 0-D or 1-D or has odd K; ``block`` is not 32; ``rule`` is unknown. (NaN/inf
+        become NaN scales.) An N-D ``x`` (..., K) is quantized row by row; both results keep
+        its leading dims.
 
     Examples
     --------
@@ -325,6 +339,8 @@ def quantize_mxfp4(x: torch.Tensor, block: int = MX_BLOCK, *, rule: str = "floor
     >>> hex(packed.view(torch.uint8).item()), scale.view(torch.uint8).item()
     ('0xf1', 127)
     """
+    if isinstance(x, torch.Tensor) and x.dim() > 2:  # leading dims, as torchao's MXTensor takes them
+        return _over_rows(quantize_mxfp4, x, block, rule)
     _check_quant_block(block)
     if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[1] % 2:
         raise ValueError(f"x must have an even number of columns K for e2m1 packing, "
