@@ -266,6 +266,12 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
   // Unaligned operands go through an aligned K-major copy: correctness first, then speed.
   if (!tma_readable(in.a, req.a_k_major)) req.a_k_major = true, req.a_needs_copy = true;
   if (!tma_readable(in.w, req.b_k_major)) req.b_k_major = true, req.b_needs_copy = true;
+  // SM100 e2m1 weights by TMA need 32-byte bases and rows (sm100_mx::kFp4TmaAlign): a view at a
+  // 16 mod 32 offset is copied, not handed to an encode that would fail and fault the kernel.
+  if (mx && mod.table->sm_major >= 10 && req.b == DType::E2M1 &&
+      (reinterpret_cast<uintptr_t>(in.w.data_ptr()) % kernel::sm100_mx::kFp4TmaAlign ||
+       (in.w.size(0) > 1 && in.w.stride(0) % kernel::sm100_mx::kFp4TmaAlign)))
+    req.b_k_major = true, req.b_needs_copy = true;
   req.d_aligned = (p.n * int64_t(c10::elementSize(p.out_dtype))) % 16 == 0;
   Choice const c = choose_kernel_cached(op, *mod.table, req);
   KernelEntry const& e = *c.entry;

@@ -90,11 +90,14 @@ def _workers(sm, cs, mac, mw):
     return max(1, min(w, mac) if mac > 0 else w)
 
 
-def _rejection(e2m1, k, ldd, pad_writable, n=7, chunk=8):
+def _rejection(e2m1, k, ldd, pad_writable, n=7, chunk=8, ldb=None):
     """sm100_mx::Reject for the probe's problems (M = 33, N = 7, bf16 D): 0 none, 2 K alignment,
-    4 output rows (a TMA store writes whole 16-byte chunks)."""
+    4 output rows (a TMA store writes whole 16-byte chunks), 5 an e2m1 weight row stride that is
+    not a 32-byte multiple (TMA 16U4_ALIGN16B)."""
     if k % (128 if e2m1 else 16):
         return 2
+    if e2m1 and ldb is not None and ldb % 32:
+        return 5
     if ldd < n or ldd % chunk or (n % chunk and not (pad_writable and ldd >= -(-n // chunk) * chunk)):
         return 4
     return 0
@@ -134,6 +137,11 @@ def _check_records(recs):
             assert res[1] == _rejection(e2m1, k, ldd, True), (args, res)
             align = 128 if e2m1 else 16
             assert res[2] == math.ceil(k / align) * align, (args, res)
+        elif fn == 5:
+            e2m1, k, ldd = args[1:4]
+            lda = -(-k // 16) * 16
+            ldb = (-(-(k // 2) // 16) * 16 if e2m1 else lda) + 16
+            assert res[0] == _rejection(e2m1, k, ldd, True, ldb=ldb), (args, res)
         elif fn == 4:
             blocks, row, b = args[1:4]
             if blocks not in sf_lut:
@@ -142,7 +150,7 @@ def _check_records(recs):
             assert byte == sf_lut[blocks][row * blocks + b], (args, res)
             assert (r, b0) == (row, b // 4 * 4), (args, res)  # the word's origin
             assert tile_atom == byte // 512, (args, res)  # the atom a CTA's stage copies
-    assert seen == {0, 1, 2, 3, 4}
+    assert seen == {0, 1, 2, 3, 4, 5}
 
 
 def test_sm100_mapping_host_matches_references_and_cutlass(probe):

@@ -54,6 +54,8 @@ __host__ __device__ int sweep(int32_t* out) {
         int const lda = (k + 15) / 16 * 16, ldb = e2m1 ? ((k / 2 + 15) / 16 * 16) : lda;
         put(3, e2m1, k, ldd, 0, 0, int(mx::rejection(33, 7, k, lda, ldb, ldd, e2m1, 2, false)),
             int(mx::rejection(33, 7, k, lda, ldb, ldd, e2m1, 2, true)), int(mx::padded_k(k, e2m1)), 0);
+        // a weight row stride 16 past a 32-byte multiple (a K-slice view): only e2m1 minds
+        put(5, e2m1, k, ldd, 0, 0, int(mx::rejection(33, 7, k, lda, ldb + 16, ldd, e2m1, 2, true)), 0, 0, 0);
       }
   int const blocks_[] = {1, 4, 5, 14, 256};
   for (int blocks : blocks_)

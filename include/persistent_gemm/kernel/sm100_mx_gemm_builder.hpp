@@ -158,6 +158,7 @@ struct Sm100MxGemm {
     if (!g.a || !g.b || !g.d || !g.scale_a || !g.scale_b) return false;
     if (!aligned16(g.a) || !aligned16(g.b) || !aligned16(g.d) || !aligned16(g.scale_a) || !aligned16(g.scale_b))
       return false;
+    if (kE2m1 && reinterpret_cast<uintptr_t>(g.b) % sm100_mx::kFp4TmaAlign) return false;
     if (sm100_mx::rejection(g.m, g.n, g.k, g.lda, g.ldb, g.ldd, kE2m1, int(sizeof(ElementD)), g.d_pad_writable) !=
         sm100_mx::Reject::None)
       return false;

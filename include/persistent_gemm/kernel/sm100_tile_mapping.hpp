@@ -101,7 +101,10 @@ constexpr int kTileN = 128;     // per-CTA N (see sm100_mx_gemm_builder.hpp)
 constexpr int kFp4KAlign = 128; // e2m1 rows via TMA 16U4_ALIGN16B: 128 elements (64 B)
 constexpr int kFp8KAlign = 16;  // e4m3 rows: 16 B
 
-enum class Reject : int32_t { None = 0, Extent, KAlign, RowStride, OutRow };
+enum class Reject : int32_t { None = 0, Extent, KAlign, RowStride, OutRow, Fp4Stride };
+// e2m1 operands by TMA (16U4_ALIGN16B) need 32-byte bases and row strides (cuTensorMapEncodeTiled);
+// an encode failure is not returned by CuTe, the kernel faults: checked before, by the builder.
+constexpr int kFp4TmaAlign = 32;
 
 // lda / ldb count bytes of the row-major (M, K) activations and (N, K) weight; ldd counts D's
 // elements. d_bytes: 2 (bf16) or 4 (fp32).
@@ -111,6 +114,7 @@ PGEMM_HD Reject rejection(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t 
   if (k % (e2m1 ? kFp4KAlign : kFp8KAlign)) return Reject::KAlign;
   int64_t const b_row = e2m1 ? k / 2 : k;
   if (lda < k || ldb < b_row || lda % 16 || ldb % 16) return Reject::RowStride;
+  if (e2m1 && ldb % kFp4TmaAlign) return Reject::Fp4Stride;
   // The TMA store writes whole 16-byte chunks at the N edge.
   int64_t const chunk = 16 / d_bytes;
   if (ldd < n || ldd % chunk || (n % chunk && !(d_pad_writable && ldd >= (n + chunk - 1) / chunk * chunk)))
@@ -125,6 +129,7 @@ inline const char* reason(Reject r) {
     case Reject::KAlign: return "K must be a multiple of 128 for e2m1 weights (16 for e4m3): TMA row rule";
     case Reject::RowStride: return "operand rows must be 16-byte aligned and no shorter than K";
     case Reject::OutRow: return "the output's rows must be whole 16-byte chunks (TMA store)";
+    case Reject::Fp4Stride: return "e2m1 weight rows must start 32-byte aligned (TMA 16U4_ALIGN16B)";
   }
   return "unknown";
 }
