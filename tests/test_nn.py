@@ -42,8 +42,10 @@ def quantized_reference(lin: torch.nn.Linear, x: torch.Tensor, fmt: str) -> torc
             return (t / s).clamp(-448, 448).to(torch.float8_e4m3fn).double() * s.double()
         xd, wd = rq(x2.float()), rq(w.float())
     else:
-        xd = pg.dequantize_mxfp8(*pg.quantize_mxfp8(x2)).double()
-        q, dq = (pg.quantize_mxfp8, pg.dequantize_mxfp8) if fmt == "mxfp8" else (pg.quantize_mxfp4, pg.dequantize_mxfp4)
+        weight_only = fmt.endswith("_weight_only")  # 16-bit activations (fp32 ones computed in bf16)
+        xd = x2.bfloat16().double() if weight_only else pg.dequantize_mxfp8(*pg.quantize_mxfp8(x2)).double()
+        mx8 = fmt in ("mxfp8", "mxfp8_weight_only")
+        q, dq = (pg.quantize_mxfp8, pg.dequantize_mxfp8) if mx8 else (pg.quantize_mxfp4, pg.dequantize_mxfp4)
         wd = dq(*q(w)).double()
     y = xd @ wd.t()
     if lin.bias is not None:
@@ -63,7 +65,8 @@ def test_linear_matches_its_quantized_operands_in_float64(fmt, bias):
     ref = quantized_reference(lin, x, fmt)
     assert rel_err(y, ref) < 1e-5, (fmt, rel_err(y, ref))  # fp32 out: only summation order differs
     # and close to the unquantized layer, as each format allows
-    tol = {"bf16": 1e-2, "fp8_rowwise": 6e-2, "mxfp8": 6e-2, "fp8_fp4": 0.25}[fmt]
+    tol = {"bf16": 1e-2, "fp8_rowwise": 6e-2, "mxfp8": 6e-2, "fp8_fp4": 0.25, "mxfp8_weight_only": 6e-2,
+           "mxfp4_weight_only": 0.25}[fmt]
     assert rel_err(y, lin(x).double()) < tol
     yb = m(x.bfloat16())
     assert yb.dtype == (torch.bfloat16)

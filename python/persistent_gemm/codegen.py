@@ -330,19 +330,24 @@ def schedule_tu(config: KernelConfig) -> str:
     return _SCHEDULE_TU.substitute(config.template_args(), ident=ident(config.name))
 
 
-def gemv_tu(arch: str, family: str, kernels: Sequence[tuple[KernelConfig, Variant]]) -> str:
+# A TU's entry points are ``entry`` with ${ident}: the module's run/workspace pair by default; the
+# host contract test (tests/test_contract.py) asks for can_implement thunks instead, which keeps
+# the kernels' device code out of its host-only build.
+def gemv_tu(arch: str, family: str, kernels: Sequence[tuple[KernelConfig, Variant]], entry: Template = None) -> str:
     """One TU holding the MX decode kernels ``kernels`` ((config, variant) pairs of ``family``)."""
     low = lowering(arch, family)
+    entry = entry or _ENTRY_POINTS
     body = "".join(_GEMV_KERNEL.substitute(
         c.template_args(), suffix=v.suffix, ident=ident(f"{c.name}__{v.suffix}"), gemv_weight=low.gemv_weight,
         d_type=ELEMENTS[v.out].cpp, builder=GEMV_BUILDER,
-        entry_points=_ENTRY_POINTS.substitute(ident=ident(f"{c.name}__{v.suffix}"))) for c, v in kernels)
+        entry_points=entry.substitute(ident=ident(f"{c.name}__{v.suffix}"))) for c, v in kernels)
     return _GEMV_TU.substitute(arch=arch, family=family, header=GEMV_HEADER, kernels=body)
 
 
-def route_tu(config: KernelConfig, chosen: Sequence[Variant]) -> str:
+def route_tu(config: KernelConfig, chosen: Sequence[Variant], entry: Template = None) -> str:
     """One translation unit with every chosen variant of a ``route="bf16"`` or ``"fold"`` config."""
     low = lowering(config.arch, config.dtype)
+    entry = entry or _ENTRY_POINTS
     ta = config.template_args()
     if config.route == "bf16":
         kernel, builder, header, operand_x = _BF16_ROUTE_KERNEL, BF16_ROUTE_BUILDER, BF16_ROUTE_HEADER, low.operand_x
@@ -351,28 +356,28 @@ def route_tu(config: KernelConfig, chosen: Sequence[Variant]) -> str:
     body = "".join(kernel.substitute(
         ta, suffix=v.suffix, ident=ident(f"{config.name}__{v.suffix}"), builder=builder,
         operand_x=operand_x, d_type=ELEMENTS[v.out].cpp,
-        entry_points=_ENTRY_POINTS.substitute(ident=ident(f"{config.name}__{v.suffix}")))
+        entry_points=entry.substitute(ident=ident(f"{config.name}__{v.suffix}")))
         for v in chosen)
     return _ROUTE_TU.substitute(name=config.name, route=config.route, suffixes=", ".join(v.suffix for v in chosen),
                                 header=header, kernels=body)
 
 
-def kernel_tu(config: KernelConfig, v: Variant) -> str:
+def kernel_tu(config: KernelConfig, v: Variant, entry: Template = None) -> str:
     why = config.kernel_rejection()
     if why:
         raise ValueError(f"no kernel to generate for {config.name}: {why}")
     low = lowering(config.arch, config.dtype)
     if config.kernel == "gemv":
-        return gemv_tu(config.arch, config.dtype, [(config, v)])
+        return gemv_tu(config.arch, config.dtype, [(config, v)], entry)
     ta = config.template_args()
     kid = ident(f"{config.name}__{v.suffix}")
-    entry_points = _ENTRY_POINTS.substitute(ident=kid)
+    entry_points = (entry or _ENTRY_POINTS).substitute(ident=kid)
     if low.tu == "sm100_mx":
         return _SM100_MX_KERNEL_TU.substitute(
             ta, suffix=v.suffix, ident=kid, header=low.header, builder=low.builder,
             b_type=ELEMENTS[low.b].cpp, d_type=ELEMENTS[v.out].cpp, entry_points=entry_points)
     if config.route != "promote":
-        return route_tu(config, [v])
+        return route_tu(config, [v], entry)
     if low.tu == "sm90_mx":
         return _MX_KERNEL_TU.substitute(
             ta, suffix=v.suffix, ident=kid, header=low.header, builder=low.builder,
