@@ -37,7 +37,7 @@ echo "== build"
 # isolated build would fetch another torch); --no-deps: everything is installed already.
 jobs=${MAX_JOBS:-$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
 start=$(date +%s)
-# pip -v streams the build; the filter keeps setup.py's plan line and one line per compiled file
+# pip -v streams the build (indented); the filter keeps setup.py's plan line and one line per compiled file
 # (ninja's "[persistent_gemm k/N done, elapsed]" status and the object it wrote); the whole log
 # stays in build/install.log. The objects in build/ are reused by the next install (incremental).
 mkdir -p "$ROOT/build"
@@ -45,8 +45,8 @@ log="$ROOT/build/install.log"
 echo "   one line per compiled file below; the full log: $log"
 set +e
 MAX_JOBS=$jobs "$PY" -m pip install -v --no-build-isolation --no-deps -e . 2>&1 | tee "$log" | awk '
-  /^persistent_gemm: compiling/ { print "   " $0; fflush() }
-  /^\[persistent_gemm [0-9]+\/[0-9]+ done/ {
+  /^ *persistent_gemm: compiling/ { sub(/^ +/, ""); print "   " $0; fflush() }
+  /^ *\[persistent_gemm [0-9]+\/[0-9]+ done/ {
     out = ""; for (i = 5; i < NF; i++) if ($i == "-o") out = $(i + 1)
     n = split(out, part, "/"); printf "   %s %s %s %s %s\n", $1, $2, $3, $4, part[n]; fflush()
   }'
