@@ -94,6 +94,23 @@ def test_state_dict_round_trips_into_a_fresh_model(fmt):
 
 
 @pytest.mark.parametrize("fmt", QUANTIZED)
+def test_a_float_checkpoint_loads_into_a_swapped_model(fmt):
+    # Newcomer report #17: nn.Linear's "weight" key loads into a swapped layer, quantized there
+    # as from_linear quantizes it (same bytes), so a checkpoint can be loaded after the swap.
+    float_model = Block(seed=0)
+    want = pg.nn.quantize_(Block(seed=0), fmt)
+    b = pg.nn.quantize_(Block(seed=1), fmt)
+    b.load_state_dict(float_model.state_dict())
+    for name, buf in want.named_buffers():
+        assert torch.equal(dict(b.named_buffers())[name].view(torch.uint8), buf.view(torch.uint8)), name
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(b(x), want(x), rtol=0, atol=0)
+    bad = {k: (v[:, :32] if k == "up.weight" else v) for k, v in float_model.state_dict().items()}
+    with pytest.raises(RuntimeError, match=r"size mismatch for up.weight"):
+        pg.nn.quantize_(Block(seed=1), fmt).load_state_dict(bad)
+
+
+@pytest.mark.parametrize("fmt", QUANTIZED)
 def test_quantizing_a_meta_model_is_refused(fmt):
     with torch.device("meta"):
         model = Block()

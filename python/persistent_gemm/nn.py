@@ -100,6 +100,18 @@ def _rowwise_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x32 / scale).clamp(-_E4M3_MAX, _E4M3_MAX).to(torch.float8_e4m3fn), scale
 
 
+def _quantized_weight(w: torch.Tensor, qconfig: QuantConfig) -> dict:
+    """A float (N, K) weight as a quantized format stores it: {"weight_q": ..., "weight_scale": ...}."""
+    if qconfig.format == "fp8_rowwise":
+        wq, ws = _rowwise_e4m3(w)
+        return {"weight_q": wq, "weight_scale": ws.t().contiguous()}  # (N, K) e4m3, (1, N) float32
+    mx = _WEIGHT_ONLY.get(qconfig.format, qconfig.format)
+    wq, ws = (quantize_mxfp8 if mx == "mxfp8" else quantize_mxfp4)(w, rule=qconfig.rule)
+    # (N, K) e4m3 or (N, K/2) packed e2m1; scales blocked once here, so the kernels never relay
+    # out the weight's scales per call.
+    return {"weight_q": wq, "weight_scale": to_blocked(ws)}
+
+
 class Linear(torch.nn.Module):
     """``y = x W^T + b`` through one persistent_gemm op. Build it with :meth:`from_linear` (or
     :func:`quantize_`); the weight is converted once, there."""
@@ -133,21 +145,32 @@ class Linear(torch.nn.Module):
         if fmt == "bf16":
             dtype = w.dtype if w.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
             m.weight = torch.nn.Parameter(w.to(dtype), requires_grad=linear.weight.requires_grad)
-        elif fmt == "fp8_rowwise":
-            wq, ws = _rowwise_e4m3(w)
-            m.register_buffer("weight_q", wq)                   # (N, K) e4m3
-            m.register_buffer("weight_scale", ws.t().contiguous())  # (1, N) float32
         else:
-            mx = _WEIGHT_ONLY.get(fmt, fmt)
-            wq, ws = (quantize_mxfp8 if mx == "mxfp8" else quantize_mxfp4)(w, rule=qconfig.rule)
-            m.register_buffer("weight_q", wq)  # (N, K) e4m3 or (N, K/2) packed e2m1
-            # Blocked once here, so the kernels never relay out the weight's scales per call.
-            m.register_buffer("weight_scale", to_blocked(ws))
+            for name, t in _quantized_weight(w, qconfig).items():
+                m.register_buffer(name, t)
         if linear.bias is not None:
             b = linear.bias.detach()
             m.bias = torch.nn.Parameter(b.to(torch.bfloat16 if b.dtype == torch.float32 else b.dtype),
                                         requires_grad=fmt == "bf16" and linear.bias.requires_grad)
         return m
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # A float checkpoint (key "weight", what nn.Linear saves) loads into a swapped layer: the
+        # weight is quantized here as from_linear does. A swapped checkpoint (weight_q,
+        # weight_scale) loads as it is.
+        key = prefix + "weight"
+        if self.qconfig.format != "bf16" and key in state_dict and prefix + "weight_q" not in state_dict:
+            w = state_dict.pop(key)
+            if tuple(w.shape) != (self.out_features, self.in_features):
+                error_msgs.append(f"size mismatch for {key}: the checkpoint's weight is {tuple(w.shape)}, the layer is "
+                                  f"({self.out_features}, {self.in_features})")
+                return
+            device = self.weight_q.device if getattr(self, "weight_q", None) is not None else w.device
+            for name, t in _quantized_weight(w.detach().to(device), self.qconfig).items():
+                state_dict[prefix + name] = t
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     def _out_dtype(self, x: torch.Tensor, compute: torch.dtype) -> torch.dtype:
         return x.dtype if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else compute
