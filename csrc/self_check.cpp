@@ -128,9 +128,9 @@ Outcome run_check(KernelEntry const& e, int device) {
     }
     auto const run = e.b_dtype == DType::E2M1 ? &fp8_fp4_mm_cuda : &mxfp8_mm_cuda;
     auto const reference = e.b_dtype == DType::E2M1 ? &fp8_fp4_mm_cpu : &mxfp8_mm_cpu;
-    got = run(a.to(dev.device()), as.to(dev.device()), b.to(dev.device()), bs.to(dev.device()), out, "plain", config,
+    got = run(a.to(dev.device()), b.to(dev.device()), as.to(dev.device()), bs.to(dev.device()), out, "plain", config,
               std::nullopt, std::nullopt);
-    ref = reference(a, as, b, bs, out, "plain", std::nullopt, std::nullopt, std::nullopt);
+    ref = reference(a, b, as, bs, out, "plain", std::nullopt, std::nullopt, std::nullopt);
   }
   got = got.to(at::kCPU).to(at::kDouble);
   if (env_is("PGEMM_SELF_CHECK_INJECT_FAULT", "1")) got.index_put_({s.m - 1, s.n - 1}, got.index({s.m - 1, s.n - 1}) + 1e3);
