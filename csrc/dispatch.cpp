@@ -338,7 +338,7 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
   if (plain_a)  // the activations' plain e8m0 rows, in place
     args.ld_scale_b = sa.size(0) > 1 ? sa.stride(0) : std::max<int64_t>(1, sa.size(1));
   args.sm_count = req.sm_count;
-  args.max_workers = 0;
+  args.max_workers = self_check::forced_workers();  // 0 (fill the GPU) but in a self-check's one-cluster pass
   at::Tensor const workspace = attach_workspace(e, args, in.a.options());
   at::Tensor const bias = attach_epilogue(e, args, epi, kernel_out);
   check_launch(e.run(args, stream), op, e, args, kernel_elem);

@@ -210,6 +210,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     for (auto const& r : self_check::results()) out.append(py::make_tuple(r.config, r.passed, r.report));
     return out;
   }, "kernels self-checked in this process: (config, passed, failure report)");
+  m.def("self_check_shapes", [](std::string const& config) {
+    py::list out;
+    for (auto const& mod : registered_arches())
+      for (int i = 0; i < mod.table->count; ++i) {
+        KernelEntry const& e = mod.table->entries[i];
+        if (config != e.config) continue;
+        for (auto const& s : self_check::check_shapes(e)) out.append(py::make_tuple(s.m, s.n, s.k, s.max_workers));
+        return out;
+      }
+    throw py::value_error("self_check_shapes: no built kernel '" + config + "'");
+  }, "the problems the self-check runs for a built config: (M, N, K, max_workers), the op's orientation");
   m.def("registered_arches", [] {
     std::vector<std::string> a;
     for (auto const& mod : registered_arches()) a.emplace_back(mod.table->arch);

@@ -40,6 +40,7 @@ bool env_is(char const* name, char const* value) {
 }
 
 thread_local bool t_running = false;
+thread_local int t_workers = 0;
 
 enum class State { Passed, Failed };
 struct Record {
@@ -64,19 +65,7 @@ at::ScalarType torch_dtype(DType d) {
   }
 }
 
-// The problem: two cluster-spans of tiles plus a ragged tail in M and N, three K-tiles plus a
-// partial one (FP4: a K that the SM100 path must pad, 448 = 3.5 x 128).
-struct Shape {
-  int64_t m, n, k;
-};
-Shape shape_for(KernelEntry const& e) {
-  auto const& g = e.geometry;
-  int64_t const span = std::max<int64_t>(g.tile_m * g.cluster_m, g.tile_n * g.cluster_n);
-  int64_t k = 3 * g.tile_k;
-  if (e.scale_mode == ScaleMode::Block32) k = e.b_dtype == DType::E2M1 ? 448 : 432;
-  else k += e.a_dtype == DType::E4M3 ? 48 : 40;
-  return {2 * span + 37, 2 * span + 24, k};
-}
+using Shape = CheckShape;
 
 struct Outcome {
   double err = 0, bound = 0;
@@ -86,9 +75,8 @@ struct Outcome {
 
 // Runs `e`'s op with `e` forced on fresh inputs (from a private generator: the caller's random
 // stream is not touched) and compares with the reference on the same inputs.
-Outcome run_check(KernelEntry const& e, int device) {
+Outcome run_check(KernelEntry const& e, int device, Shape const& s) {
   auto gen = at::detail::createCPUGenerator(0x5eed);
-  Shape const s = shape_for(e);
   auto const cpu = at::TensorOptions().device(at::kCPU);
   auto const dev = at::TensorOptions().device(at::kCUDA, device);
   at::ScalarType const out = torch_dtype(e.d_dtype);
@@ -148,6 +136,28 @@ Outcome run_check(KernelEntry const& e, int device) {
 }  // namespace
 
 bool running() { return t_running; }
+int forced_workers() { return t_running ? t_workers : 0; }
+
+std::vector<CheckShape> check_shapes(KernelEntry const& e) {
+  auto const& g = e.geometry;
+  // 1. The full grid: two cluster-spans of tiles plus a ragged tail in M and N, three K-tiles plus
+  //    a partial one (FP4: a K that the SM100 path must pad, 448 = 3.5 x 128).
+  int64_t const span = std::max<int64_t>(g.tile_m * g.cluster_m, g.tile_n * g.cluster_n);
+  int64_t k = 3 * g.tile_k;
+  if (e.scale_mode == ScaleMode::Block32) k = e.b_dtype == DType::E2M1 ? 448 : 432;
+  else k += e.a_dtype == DType::E4M3 ? 48 : 40;
+  std::vector<CheckShape> out{{2 * span + 37, 2 * span + 24, k, 0}};
+  if (g.style == KernelStyle::Gemv) return out;  // stream-K over strips: no tile loop to walk
+  // 2. One cluster walks (3 cm + 1) x (2 cn + 1) clusters' tiles (>= 12 per CTA: both accumulator
+  //    stages, several times), each over 16 K-tiles plus a partial one: more than any stage count
+  //    (kMaxStages = 16), so the smem ring wraps inside every tile. Rows and columns end ragged.
+  //    In the kernel's orientation: a swap-AB kernel's M is the op's N.
+  int64_t const km = (3 * g.cluster_m + 1) * g.tile_m - 5, kn = (2 * g.cluster_n + 1) * g.tile_n - 3;
+  int64_t k2 = 16 * g.tile_k + (e.b_dtype == DType::E2M1 || e.scale_mode == ScaleMode::Block32 ? 96 : 40);
+  if (e.b_dtype == DType::E2M1) k2 = k2 / 32 * 32;
+  out.push_back({e.swap_ab ? kn : km, e.swap_ab ? km : kn, k2, 1});
+  return out;
+}
 
 std::vector<Result> results() {
   std::lock_guard<std::mutex> lock(table_mutex());
@@ -190,23 +200,29 @@ void ensure(char const* op, ArchModule const& mod, KernelEntry const& e, int dev
     t_running = true;
     Outcome o;
     std::string error;
-    try {
-      o = run_check(e, device);
-    } catch (c10::Error const& ex) {
-      error = ex.what_without_backtrace();
+    Shape s{};
+    for (Shape const& shape : check_shapes(e)) {  // stop at the first pass that fails
+      s = shape;
+      t_workers = shape.max_workers;
+      try {
+        o = run_check(e, device, shape);
+      } catch (c10::Error const& ex) {
+        error = ex.what_without_backtrace();
+      }
+      if (!error.empty() || !o.ok()) break;
     }
     t_running = false;
+    t_workers = 0;
     Record r{State::Passed, {}};
     if (!error.empty() || !o.ok()) {
       auto const& prop = device_info(device);
-      Shape const s = shape_for(e);
       std::string const what =
           !error.empty() ? msg("it raised: ", error)
                          : msg("its result disagrees with the reference (max error ", o.err, " of the largest value, "
                                "bound ", o.bound, "; ", o.non_finite, " non-finite elements)");
       r = {State::Failed,
            msg(op, ": the self-check of kernel ", e.config, " failed on this GPU (", prop.name, ", sm_", prop.major,
-               prop.minor, ") for M = ", s.m, ", N = ", s.n, ", K = ", s.k, ": ", what, ". The ", mod.table->arch,
+               prop.minor, ") for M = ", s.m, ", N = ", s.n, ", K = ", s.k, s.max_workers ? msg(" on ", s.max_workers, " worker(s)") : std::string(), ": ", what, ". The ", mod.table->arch,
                " kernels have not been validated on hardware by this project. Set PGEMM_FALLBACK=torch to run "
                "persistent_gemm's ops with their reference implementations (dequantize, then an fp32 torch.mm) "
                "on this GPU, or pass config= to force another kernel; please report this failure.")};

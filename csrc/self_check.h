@@ -41,5 +41,17 @@ std::vector<Result> results();
 // True on the thread while it runs a self-check (its op calls must not recurse into it, and
 // poison their outputs).
 bool running();
+// The persistent workers (GemmArgs::max_workers) the running check asks the launch for: 0 (fill
+// the GPU), or 1 for the pass that walks many tiles and K-tiles on one cluster.
+int forced_workers();
+// The problems the check of `e` runs, in order: {M, N, K, max_workers}. The first has tails in M,
+// N and K on the full grid; the second (not for the decode GEMV) gives one cluster >= 6 tiles
+// of K-tiles beyond any stage count, so both accumulator buffers, the pipeline's wrap-around and
+// the persistent loop's later passes run (tests/test_self_check.py walks them on the CPU).
+struct CheckShape {
+  int64_t m, n, k;
+  int max_workers;
+};
+std::vector<CheckShape> check_shapes(KernelEntry const& e);
 
 }  // namespace persistent_gemm::self_check
