@@ -141,13 +141,17 @@ int forced_workers() { return t_running ? t_workers : 0; }
 std::vector<CheckShape> check_shapes(KernelEntry const& e) {
   auto const& g = e.geometry;
   // 1. The full grid: two cluster-spans of tiles plus a ragged tail in M and N, three K-tiles plus
-  //    a partial one (FP4: a K that the SM100 path must pad, 448 = 3.5 x 128).
+  //    a partial one (FP4: 3.5 K-tiles, whole 1x32 blocks; 448 at tile_k 128 is a K the SM100
+  //    path must pad).
   int64_t const span = std::max<int64_t>(g.tile_m * g.cluster_m, g.tile_n * g.cluster_n);
   int64_t k = 3 * g.tile_k;
-  if (e.scale_mode == ScaleMode::Block32) k = e.b_dtype == DType::E2M1 ? 448 : 432;
+  if (e.scale_mode == ScaleMode::Block32) k = e.b_dtype == DType::E2M1 ? 3 * g.tile_k + g.tile_k / 2 : 432;
   else k += e.a_dtype == DType::E4M3 ? 48 : 40;
+  // The decode GEMV takes at most its token tile (tile_n) and walks strips, not tiles: a token
+  // count one short of its tile (ragged n8 tiles), two strips and a tail of weight rows.
+  if (g.style == KernelStyle::Gemv)
+    return {{std::max<int64_t>(1, g.tile_n - 3), 2 * g.tile_m + 24, k, 0}};
   std::vector<CheckShape> out{{2 * span + 37, 2 * span + 24, k, 0}};
-  if (g.style == KernelStyle::Gemv) return out;  // stream-K over strips: no tile loop to walk
   // 2. One cluster walks (3 cm + 1) x (2 cn + 1) clusters' tiles (>= 12 per CTA: both accumulator
   //    stages, several times), each over 16 K-tiles plus a partial one: more than any stage count
   //    (kMaxStages = 16), so the smem ring wraps inside every tile. Rows and columns end ragged.

@@ -37,16 +37,16 @@ def test_the_self_check_reaches_multi_tile_wraparound_and_tails(name):
     assert workers == 0 and k % tk
     if cfg.kernel != "gemv":
         assert km % tm and kn % tn, (name, shapes[0])
-        grid = cfg.schedule.over(km, kn, (tm, tn), K=k)
+        grid = cfg.schedule.over(km, kn, (tm, tn, tk), K=k)
         assert grid.num_ids > 1
-    if cfg.kernel == "gemv":
-        assert len(shapes) == 1
+    if cfg.kernel == "gemv":  # its tokens fit its tile; its strips have a tail
+        assert len(shapes) == 1 and m <= cfg.tile[1] and n % cfg.tile[0]
         return
     # 2. one cluster walks many tiles, each longer than the stage ring.
     m, n, k, workers = shapes[1]
     km, kn = (n, m) if cfg.swap_ab else (m, n)
     assert workers == 1 and km % tm and kn % tn, (name, shapes[1])
-    grid = cfg.schedule.over(km, kn, (tm, tn), K=k)
+    grid = cfg.schedule.over(km, kn, (tm, tn, tk), K=k)
     visits = list(grid.tiles_of(0, 1))
     cm, cn = cfg.schedule.cluster
     # every visit is a cluster of cm x cn CTA tiles: each CTA computes one per visit
