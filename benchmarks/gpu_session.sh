@@ -3,7 +3,7 @@
 # Run from the repository root with the CUTLASS wheel downloaded into .whl/ (README,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
-#   bash benchmarks/gpu_session.sh build|test|sanitize|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
+#   bash benchmarks/gpu_session.sh build|test|sanitize|verify|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
 #
 # bench_mx also times humming (the optional peer) when its wheel is in .whl/
 # (pip download --no-deps -d .whl humming-kernels==0.1.19): installed without dependencies into
@@ -67,8 +67,19 @@ case "${1:-}" in
     PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" python3 benchmarks/bench_mx.py --out "$OUT/h200_mx.csv" "$@" 2>&1 \
       | tee "$OUT/bench_mx.log" | tail -80
     ;;
+  verify)
+    # One batched call for what a session without a GPU built (the stop after issue 22's route):
+    # after `build` with PGEMM_KERNELS='e4m3xe2m1_128x128x128|mxfp8_128x128x128|bf16route|gemv|bf16_128x256',
+    # the GPU tests of the fold route, the MX ops' new argument order, weight-only MX and the
+    # self-check's two passes, then memcheck on the fold kernel. Logs under $OUT.
+    python3 -m pytest -q -p no:cacheprovider tests/test_gpu_mx_route.py tests/test_gpu_mx.py tests/test_gpu_gemv.py \
+      tests/test_gpu_weight_only.py tests/test_gpu_ops.py tests/test_self_check.py 2>&1 | tee "$OUT/verify_tests.log" | tail -15
+    compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize_tails.py --family fold \
+      > "$OUT/sanitize_fold_memcheck.log" 2>&1
+    echo "fold memcheck rc=$?"
+    ;;
   *)
-    echo "usage: $0 build|test|sanitize|accuracy|bench|bench_mx|decode|quant [bench args]" >&2
+    echo "usage: $0 build|test|sanitize|verify|accuracy|bench|bench_mx|decode|quant [bench args]" >&2
     exit 2
     ;;
 esac
