@@ -95,6 +95,18 @@ void check_k(char const* op, at::Tensor const& a, at::Tensor const& b) {
                                                : ""));
 }
 
+// An e2m1 weight b (K/2, N) of packed pairs against a's K: whole 1x32 blocks, and a weight stored
+// (N, K/2) passed without .t() gets the fix named.
+void check_e2m1_k(char const* op, at::Tensor const& b, int64_t k) {
+  TORCH_CHECK_VALUE(k % kMxBlock == 0, msg(op, ": K = ", k,
+                    " must be a multiple of 32 (whole e2m1 scale blocks; packed rows 16-byte aligned)"));
+  TORCH_CHECK_VALUE(b.size(0) * 2 == k || b.size(1) * 2 != k,
+                    msg(op, ": b is ", b.sizes(), ", which looks like the (N, K/2) packed weight itself; pass its "
+                        "transpose (K/2, N) = (", k / 2, ", ", b.size(0), "): wq.t()"));
+  TORCH_CHECK_VALUE(b.size(0) * 2 == k, msg(op, ": b holds two e2m1 values per byte, so it must be (K/2, N) with "
+                    "K/2 = ", k / 2, " (a's K = ", k, " halved), got ", b.sizes()));
+}
+
 // Ranks, devices and dtypes shared by the two MX ops (a is always e4m3 with e8m0 scales).
 void check_block_scaled_operands(char const* op, at::Tensor const& a, at::Tensor const& b,
                                  at::Tensor const& scale_a, at::Tensor const& scale_b, char const* b_shape,
@@ -265,14 +277,7 @@ Problem check_fp8_fp4_mm(char const* op, at::Tensor const& a, at::Tensor const& 
   check_block_scaled_operands(op, a, b, scale_a, scale_b, "(K/2, N) of packed e2m1 pairs",
                               at::kFloat4_e2m1fn_x2);
   int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
-  TORCH_CHECK_VALUE(k % kMxBlock == 0, msg(op, ": K = ", k,
-                    " must be a multiple of 32 (whole e2m1 scale blocks; packed rows 16-byte aligned)"));
-  // A weight stored (N, K/2) passed without .t() has K/2 in its second extent: name the fix.
-  TORCH_CHECK_VALUE(b.size(0) * 2 == k || b.size(1) * 2 != k,
-                    msg(op, ": b is ", b.sizes(), ", which looks like the (N, K/2) packed weight itself; pass its "
-                        "transpose (K/2, N) = (", k / 2, ", ", b.size(0), "): wq.t()"));
-  TORCH_CHECK_VALUE(b.size(0) * 2 == k, msg(op, ": b holds two e2m1 values per byte, so it must be (K/2, N) with "
-                    "K/2 = ", k / 2, " (a's K = ", k, " halved), got ", b.sizes()));
+  check_e2m1_k(op, b, k);
   check_row_major(op, "a", a, "row-major (M, K)");
   check_col_major(op, "b", b, "column-major (K/2, N)");
   check_block_scale(op, "scale_a", scale_a, m, "M", k, layout.a, "scale_layout");
@@ -296,14 +301,10 @@ Problem check_weight_only_mm(char const* op, at::Tensor const& a, at::Tensor con
   TORCH_CHECK_TYPE(e2m1 || b.scalar_type() == at::kFloat8_e4m3fn, msg(op, ": b must be torch.float8_e4m3fn (MXFP8) "
                    "or torch.float4_e2m1fn_x2 (MXFP4, two values per byte), got ", dtype_name(b.scalar_type())));
   int64_t const m = a.size(0), n = b.size(1), k = a.size(1);
-  if (e2m1) {
-    TORCH_CHECK_VALUE(k % kMxBlock == 0, msg(op, ": K = ", k, " must be a multiple of 32 for MXFP4 weights"));
-    TORCH_CHECK_VALUE(b.size(0) * 2 == k, msg(op, ": b holds two e2m1 values per byte, so it must be (K/2, N) with "
-                      "K/2 = ", k / 2, " (a's K = ", k, " halved), got ", b.sizes(),
-                      b.size(1) * 2 == k ? "; it looks like the (N, K/2) packed weight itself: pass wq.t()" : ""));
-  } else {
+  if (e2m1)
+    check_e2m1_k(op, b, k);
+  else
     check_k(op, a, b);
-  }
   check_row_major(op, "a", a, "row-major (M, K)");
   check_col_major(op, "b", b, e2m1 ? "column-major (K/2, N)" : "column-major (K, N)");
   check_block_scale(op, "scale_b", scale_b, n, "N", k, layout, "scale_b_layout");

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
 from string import Template
 
 import pytest
-from test_mx_host_layout import ROOT, _cutlass, _nvcc
+from test_mx_host_layout import build_host_program
 
 from persistent_gemm import archs, build_flags, codegen
 from persistent_gemm.catalogue import CATALOGUE
@@ -54,7 +53,6 @@ int64_t round16(int64_t elems, int bits) {  // elements: a row of `elems`, round
 }
 }  // namespace
 
-${decls}
 using namespace persistent_gemm::gen;
 int main() {
   static Kernel const kernels[] = {
@@ -144,27 +142,21 @@ def _probe_sources(arch: str) -> tuple[dict, list]:
     files = {f"{header}.cu": "\n".join(texts) for header, texts in tus.items()}
     shapes = ", ".join(f"{{{m}, {n}, {k}}}" for m, n, k in SHAPES)
     decl = '#include "persistent_gemm/registry.h"\nnamespace persistent_gemm::gen {\n' + "".join(decls) + "}\n"
-    files["main.cu"] = decl + _MAIN.substitute(decls="", table="".join(rows), shapes=shapes)
+    files["main.cu"] = decl + _MAIN.substitute(table="".join(rows), shapes=shapes)
     return files, names
 
 
 @pytest.mark.parametrize("arch", list(archs.ARCHS))
 def test_every_kernel_accepts_what_the_dispatcher_hands_it(arch, tmp_path):
-    nvcc, cutlass = _nvcc(), _cutlass()
-    home = Path(nvcc).resolve().parents[1]
     files, kernels = _probe_sources(arch)
     assert kernels, f"no {arch} kernels in the catalogue"
     cus = []
     for name, text in files.items():
         (tmp_path / name).write_text(text)
         cus.append(str(tmp_path / name))
-    exe = tmp_path / f"contract_{arch}"
-    flags = build_flags.nvcc_flags(archs.ARCHS[arch].gencode)
-    cmd = [nvcc, *flags, f"-I{ROOT / 'include'}", f"-I{cutlass / 'include'}",
-           f"-I{cutlass / 'tools' / 'util' / 'include'}", f"-I{home / 'include' / 'cccl'}", *cus, "-o", str(exe)]
-    build = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
-    assert build.returncode == 0, build.stderr[-4000:]
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    exe = build_host_program(cus, tmp_path / f"contract_{arch}", flags=build_flags.nvcc_flags(archs.ARCHS[arch].gencode),
+                             timeout=1500)
+    run = subprocess.run([exe], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     by_name = {f"{c.name}__{v.suffix}": c for c, v in kernels}
     seen, wrong = 0, []

@@ -6,11 +6,10 @@ program, tests/host/mx_fold_lut.cu)."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
-from test_mx_host_layout import ROOT, _cutlass, _nvcc
+from test_mx_host_layout import ROOT, build_host_program
 
 import persistent_gemm as pg
 from persistent_gemm.fold import FOLD_WINDOW, STRIP_ROWS, fold_plan, kernel_folds
@@ -167,12 +166,6 @@ def test_the_kernels_fold_tables_are_exact(tmp_path):
     """Every byte of every shifted conversion LUT (collective/mx_block_scales.hpp) is the e4m3 code
     of e2m1 x 2^j over the whole window, the plain table is j = 0, and the row factors 2^e are
     exact down to fp32's subnormals: compiled and run on the host."""
-    nvcc, cutlass = _nvcc(), _cutlass()
-    home = Path(nvcc).resolve().parents[1]
-    exe = tmp_path / "mx_fold_lut"
-    cmd = [nvcc, "-std=c++17", "--expt-relaxed-constexpr", f"-I{ROOT / 'include'}", f"-I{cutlass / 'include'}",
-           f"-I{home / 'include' / 'cccl'}", str(ROOT / "tests" / "host" / "mx_fold_lut.cu"), "-o", str(exe)]
-    build = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr[-3000:]
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    exe = build_host_program([ROOT / "tests" / "host" / "mx_fold_lut.cu"], tmp_path / "mx_fold_lut", timeout=600)
+    run = subprocess.run([exe], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0 and "mismatches: 0" in run.stdout, run.stdout + run.stderr

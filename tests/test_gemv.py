@@ -12,7 +12,7 @@ from persistent_gemm.catalogue import CATALOGUE, ConfigError, GEMV_TOKENS, Kerne
 from persistent_gemm.schedule import TileSchedule
 from persistent_gemm.strip_schedule import ROLES, StripStreamK
 
-from test_mx_host_layout import ROOT, _cutlass, _nvcc
+from test_mx_host_layout import ROOT, build_host_program
 
 GEMV = [c for c in CATALOGUE if c.kernel == "gemv"]
 
@@ -86,13 +86,8 @@ def test_strip_stream_k_for_problem_matches_the_kernels_units():
 
 def test_strip_stream_k_cpp_walk_matches_python(tmp_path):
     """scheduler/strip_stream_k.hpp (the kernel's walk, compiled for the host) == strip_schedule.py."""
-    nvcc, cutlass = _nvcc(), _cutlass()
-    home = __import__("pathlib").Path(nvcc).resolve().parents[1]
-    exe = tmp_path / "strip_stream_k"
-    cmd = [nvcc, "-std=c++17", f"-I{ROOT / 'include'}", f"-I{cutlass / 'include'}", f"-I{home / 'include' / 'cccl'}",
-           str(ROOT / "tests" / "host" / "strip_stream_k.cu"), "-o", str(exe)]
-    build = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert build.returncode == 0, build.stderr[-3000:]
+    exe = build_host_program([ROOT / "tests" / "host" / "strip_stream_k.cu"], tmp_path / "strip_stream_k",
+                             flags=("-std=c++17",))
     scheds = _schedules()
     args = [str(v) for s in scheds for v in (s.strips, s.chunks, s.workers)]
     out = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)

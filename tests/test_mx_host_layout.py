@@ -35,15 +35,22 @@ def _nvcc() -> str:
     return found
 
 
-def test_mx_fragment_and_swizzle_formulas_match_cute(tmp_path):
+def build_host_program(sources, exe, flags=("-std=c++17", "--expt-relaxed-constexpr"), timeout=900) -> str:
+    """nvcc ``sources`` (host programs: tests/host/*.cu, generated probes) into ``exe`` with the
+    project's, CUTLASS's and CCCL's headers; the test fails with nvcc's stderr if it does not build."""
     nvcc, cutlass = _nvcc(), _cutlass()
     home = Path(nvcc).resolve().parents[1]
-    exe = tmp_path / "mx_fragment_layout"
-    cmd = [nvcc, "-std=c++17", "--expt-relaxed-constexpr", f"-I{ROOT / 'include'}", f"-I{cutlass / 'include'}",
-           f"-I{home / 'include' / 'cccl'}", str(ROOT / "tests" / "host" / "mx_fragment_layout.cu"), "-o", str(exe)]
-    build = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert build.returncode == 0, build.stderr[-3000:]
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    cmd = [nvcc, *flags, f"-I{ROOT / 'include'}", f"-I{cutlass / 'include'}",
+           f"-I{cutlass / 'tools' / 'util' / 'include'}", f"-I{home / 'include' / 'cccl'}", *map(str, sources),
+           "-o", str(exe)]
+    build = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert build.returncode == 0, build.stderr[-4000:]
+    return str(exe)
+
+
+def test_mx_fragment_and_swizzle_formulas_match_cute(tmp_path):
+    exe = build_host_program([ROOT / "tests" / "host" / "mx_fragment_layout.cu"], tmp_path / "mx_fragment_layout")
+    run = subprocess.run([exe], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
     assert len(lines) == 6 and all("mismatches: 0" in l for l in lines), run.stdout

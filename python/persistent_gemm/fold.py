@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from .quant import MX_BLOCK
+from .scale_layout import _PAD_CODE
 
 __all__ = ["FOLD_WINDOW", "STRIP_ROWS", "FoldPlan", "fold_plan", "kernel_folds"]
 
@@ -144,8 +145,8 @@ def kernel_folds(ws: torch.Tensor) -> torch.Tensor:
     codes = ws.view(torch.uint8).to(torch.int32)
     n, blocks = codes.shape
     strips = -(-n // STRIP_ROWS)
-    if strips * STRIP_ROWS != n:  # the blocked layout's padding rows (scale_layout._PAD_CODE)
-        codes = torch.nn.functional.pad(codes, (0, 0, 0, strips * STRIP_ROWS - n), value=_E8M0_BIAS)
+    if strips * STRIP_ROWS != n:  # the blocked layout's padding rows
+        codes = torch.nn.functional.pad(codes, (0, 0, 0, strips * STRIP_ROWS - n), value=_PAD_CODE)
     codes = codes.view(strips, STRIP_ROWS, blocks)
     hi, lo = codes.amax(dim=1), codes.amin(dim=1)
     return (hi != _E8M0_NAN) & (hi - lo <= FOLD_WINDOW[1] - FOLD_WINDOW[0])
