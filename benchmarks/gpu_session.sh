@@ -72,11 +72,14 @@ case "${1:-}" in
     # after `build` with PGEMM_KERNELS='e4m3xe2m1_128x128x128|mxfp8_128x128x128|bf16route|gemv|bf16_128x256',
     # the GPU tests of the fold route, the MX ops' new argument order, weight-only MX and the
     # self-check's two passes, then memcheck on the fold kernel. Logs under $OUT.
-    python3 -m pytest -q -p no:cacheprovider tests/test_gpu_mx_route.py tests/test_gpu_mx.py tests/test_gpu_gemv.py \
-      tests/test_gpu_weight_only.py tests/test_gpu_ops.py tests/test_self_check.py 2>&1 | tee "$OUT/verify_tests.log" | tail -15
-    compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize_tails.py --family fold \
-      > "$OUT/sanitize_fold_memcheck.log" 2>&1
-    echo "fold memcheck rc=$?"
+    python3 -m pytest -q -p no:cacheprovider tests/test_gpu_weight_only_gemv.py tests/test_gpu_weight_only.py \
+      tests/test_gpu_mx_route.py tests/test_gpu_mx.py tests/test_gpu_gemv.py tests/test_gpu_ops.py \
+      tests/test_self_check.py 2>&1 | tee "$OUT/verify_tests.log" | tail -25
+    for fam in fold bf16xe2m1 bf16xe4m3; do
+      compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize_tails.py --family $fam \
+        > "$OUT/sanitize_${fam}_memcheck.log" 2>&1
+      echo "$fam memcheck rc=$? ($(tail -1 "$OUT/sanitize_${fam}_memcheck.log"))"
+    done
     ;;
   *)
     echo "usage: $0 build|test|sanitize|verify|accuracy|bench|bench_mx|decode|quant [bench args]" >&2

@@ -34,11 +34,15 @@ GEMV_QUICK = [(1, 7, 32), (-1, 1000, 4096)]
 
 def mx_cases(cfg: str, m: int, n: int, k: int):
     """(label, call, float64 reference) for one MX config and shape: plain and prepared."""
-    fp4 = "_e4m3xe2m1_" in cfg
+    fp4 = "_e4m3xe2m1_" in cfg or "_bf16xe2m1_" in cfg
     op, fmt = (pg.fp8_fp4_mm, "fp4") if fp4 else (pg.mxfp8_mm, "mxfp8")
-    xq, xs = pg.quantize_mxfp8(torch.randn(m, k, device="cuda"))
     wq, ws = (pg.quantize_mxfp4 if fp4 else pg.quantize_mxfp8)(torch.randn(n, k, device="cuda"))
     wd = (pg.dequantize_mxfp4 if fp4 else pg.dequantize_mxfp8)(wq, ws)
+    if "_bf16xe" in cfg:  # weight-only: bf16 activations as they are, a prepared weight
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        yield "weight-only", lambda: pg.mm(x, pg.prepare_weight(wq, ws, fmt=fmt), config=cfg), x.double() @ wd.double().t()
+        return
+    xq, xs = pg.quantize_mxfp8(torch.randn(m, k, device="cuda"))
     ref = pg.dequantize_mxfp8(xq, xs).double() @ wd.double().t()
     yield "plain", lambda: op(xq, wq.t(), xs, ws, config=cfg), ref
     if hasattr(pg, "prepare_weight"):  # prepared inside the call: its refusals are skips too
@@ -55,7 +59,7 @@ def main() -> int:
     pg._C.set_poison_outputs(True)
     bad = skipped = 0
     for cfg, fast in configs:
-        if "_mxfp8_" in cfg or "_e4m3xe2m1_" in cfg:
+        if any(f"_{f}_" in cfg for f in ("mxfp8", "e4m3xe2m1", "bf16xe4m3", "bf16xe2m1")):
             shapes = MX_SHAPES + (MX_PARTIAL_K if "_mxfp8_" in cfg else [])
             if "_gemv_" in cfg:
                 tokens = KernelConfig.from_name(cfg).tile[1]

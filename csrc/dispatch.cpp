@@ -297,12 +297,14 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
   // Scales in the kernel's orientation (a swap-AB kernel's row scale is the weight's). MX: the
   // blocked layout, except what the decode GEMV reads as it comes (the activations' plain rows).
   // The bf16 route's pre-pass reads them either way too.
-  bool const plain_a = (e.geometry.style == KernelStyle::Gemv || e.route == MxRoute::Bf16) && in.layouts.a == ScaleLayout::Plain;
+  // Weight-only MX (bf16 activations) has no activation scales: scale_a is undefined.
+  bool const plain_a = (e.geometry.style == KernelStyle::Gemv || e.route == MxRoute::Bf16) &&
+                       in.layouts.a == ScaleLayout::Plain && in.scale_a.defined();
   at::Tensor sa = in.scale_a, sb = in.scale_b;
   if (mx) {
     if (plain_a && sa.size(0) > 1 && sa.stride(1) != 1) sa = sa.contiguous();
     // The blocked scales of K and of k_run have the same atoms: k_run < K rounded up to 128.
-    MxScales const sc = blocked_scales(op, mod, sa, p.m, sb, p.n, p.k, in.layouts, stream, plain_a);
+    MxScales const sc = blocked_scales(op, mod, sa, p.m, sb, p.n, p.k, in.layouts, stream, plain_a || !sa.defined());
     sa = sc.a, sb = sc.b;
   }
 
@@ -490,6 +492,29 @@ at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor 
   if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
     return fp8_fp4_mm_cpu(a, b, scale_a, scale_b, out_dtype, scale_layout, std::nullopt, scale_b_layout, bias);
   return run_mx(op, p, DType::E2M1, config, a, scale_a, b.t(), scale_b, layouts, epi);
+}
+
+at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
+                               std::optional<at::ScalarType> out_dtype, c10::string_view scale_b_layout,
+                               std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias) {
+  char const* op = "persistent_gemm.weight_only_mm";
+  ScaleLayout const layout = parse_scale_layout(op, scale_b_layout, "scale_b_layout");
+  auto const p = check_weight_only_mm(op, a, b, scale_b, out_dtype, layout);
+  bool const e2m1 = b.scalar_type() == at::kFloat4_e2m1fn_x2;
+  check_config(op, config, {e2m1 ? "bf16xe2m1" : "bf16xe4m3"});
+  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
+  c10::cuda::CUDAGuard guard(a.device());
+  if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
+  check_extents(op, p);
+  auto const& mod = require_arch(op, a);
+  Request req = request_for(p, to_dtype(a.scalar_type()), e2m1 ? DType::E2M1 : DType::E4M3, ScaleMode::Block32, config);
+  // The fused kernel is the decode GEMV (bf16 activations, M <= 64 tokens); every other problem
+  // (prefill, fp16 activations) runs the op's exact reference, as explain() says. A forced
+  // config goes to the chooser, which says why it cannot run.
+  if (self_check::use_fallback(mod) || (!config && !has_candidate(*mod.table, req)))
+    return weight_only_mm_ref(a, b, scale_b, out_dtype, scale_b_layout, std::nullopt, bias);
+  return launch(op, mod, req, Operands{a, b.t(), at::Tensor(), scale_b, {ScaleLayout::Plain, layout, "scale_b_layout"}},
+                p, epi);
 }
 
 }  // namespace persistent_gemm

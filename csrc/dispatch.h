@@ -29,6 +29,11 @@ at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor 
                            c10::string_view scale_layout, std::optional<c10::string_view> config,
                            std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias);
 
+// bf16 activations x an MX weight: the decode GEMV where one fits, else the exact reference.
+at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
+                               std::optional<at::ScalarType> out_dtype, c10::string_view scale_b_layout,
+                               std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias);
+
 // Tests only: fill each kernel's output buffer with NaN before the launch.
 void set_poison_outputs(bool on);
 

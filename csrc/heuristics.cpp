@@ -275,6 +275,26 @@ void clear_tuned() {
   g_tuned_generation.fetch_add(1);
 }
 
+// Why the MX decode GEMV `e` cannot run `r` ("" when it can): tokens on its n8 MMA tiles, whole
+// 1x32 blocks streamed by 16-byte bulk copies.
+static std::string gemv_misfit(KernelEntry const& e, Request const& r) {
+  if (r.m > e.geometry.tile_n)
+    return "MX decode GEMV: M = " + std::to_string(r.m) + " exceeds its " + std::to_string(e.geometry.tile_n) + " tokens";
+  if (r.k % 32)
+    return "MX decode GEMV: K = " + std::to_string(r.k) + " is not a multiple of 32 (its bulk copies stream whole 1x32 blocks)";
+  return "";
+}
+
+bool has_candidate(KernelTable const& table, Request const& r) {
+  for (int i = 0; i < table.count; ++i) {
+    KernelEntry const& e = table.entries[i];
+    if (e.a_dtype != r.a || e.b_dtype != r.b || e.scale_mode != r.scale) continue;
+    if (e.geometry.style == KernelStyle::Gemv && !gemv_misfit(e, r).empty()) continue;
+    if (adaptation_cost(e, r, nullptr) >= 0) return true;
+  }
+  return false;
+}
+
 Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_in, bool explain) {
   std::optional<std::string> const tuned_pick = r_in.config ? std::nullopt : tuned_config(table, r_in);
   Request tuned_req;
@@ -326,13 +346,8 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
       continue;
     }
     if (e.geometry.style == KernelStyle::Gemv) {
-      // The MX decode GEMV: tokens on its n8 MMA tiles, whole 1x32 blocks streamed by 16-byte
-      // bulk copies. A forced config that cannot run says why, not "no variant".
-      std::string why;
-      if (r.m > e.geometry.tile_n)
-        why = "MX decode GEMV: M = " + std::to_string(r.m) + " exceeds its " + std::to_string(e.geometry.tile_n) + " tokens";
-      else if (r.k % 32)
-        why = "MX decode GEMV: K = " + std::to_string(r.k) + " is not a multiple of 32 (its bulk copies stream whole 1x32 blocks)";
+      // A forced config that cannot run says why, not "no variant".
+      std::string const why = gemv_misfit(e, r);
       if (!why.empty()) {
         TORCH_CHECK_VALUE(!r.config, msg(op, ": config '", *r.config, "': ", why));
         reject(e.config, why);
@@ -396,8 +411,11 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                         : e.a_dtype == DType::E4M3 ? (e.fast_accum ? ", fast accumulation" : ", promoted fp32 accumulation")
                                                    : "") +
                        (e.geometry.style == KernelStyle::Gemv
-                            ? ", decode GEMV: mma.sync per 32-K block over 128-row weight strips, stream-K across SMs with "
-                              "a fixed-order reduction of shared strips, activation scales read plain"
+                            ? std::string(", decode GEMV: mma.sync per 32-K block over 128-row weight strips, stream-K "
+                                          "across SMs with a fixed-order reduction of shared strips") +
+                                  (e.a_dtype == DType::BF16 ? ", bf16 activations as they come, the weight converted to "
+                                                              "bf16 in registers (nothing quantized)"
+                                                            : ", activation scales read plain")
                         : e.swap_ab ? ", swap-AB (weight on the MMA's M side, D written transposed)" : "") +
                        (e.geometry.split_k > 1
                             ? ", split-K " + std::to_string(std::min<int64_t>(e.geometry.split_k,

@@ -46,6 +46,10 @@ struct Choice {
 Choice choose_kernel(char const* op, KernelTable const& table, Request const& req, bool explain = false);
 // The same decision without a log, remembered per thread for the last few problems (the op path).
 Choice choose_kernel_cached(char const* op, KernelTable const& table, Request const& req);
+// Whether some built kernel could serve `req` at all (its operands, scale mode, output dtype or
+// an fp32 one to cast, and the decode GEMV's token and K limits): ops with a reference path
+// (weight_only_mm) take it when none can.
+bool has_candidate(KernelTable const& table, Request const& req);
 
 // persistent_gemm.tune's winners: a problem (its forced config ignored) on an arch -> the config
 // choose_kernel takes before its cost model; an empty config removes the entry.

@@ -97,10 +97,13 @@ std::pair<ArchModule const*, Request> describe(char const* op, std::string const
   TORCH_CHECK_VALUE(mod, msg(op, ": no kernel module for arch '", arch, "' is built"));
   Request r;
   r.m = m, r.n = n, r.k = k;
-  // The MX families: e4m3 activations with e8m0 block scales, e4m3 or e2m1 weights.
-  bool const mx = dtype == "mxfp8" || dtype == "e4m3xe2m1";
+  // The MX families: e4m3 activations with e8m0 block scales, e4m3 or e2m1 weights; the
+  // weight-only ones (bf16x...): bf16 activations without scales.
+  bool const weight_only = dtype == "bf16xe4m3" || dtype == "bf16xe2m1";
+  bool const mx = dtype == "mxfp8" || dtype == "e4m3xe2m1" || weight_only;
   r.a = r.b = mx ? DType::E4M3 : parse(dtype, "dtype");
-  if (dtype == "e4m3xe2m1") r.b = DType::E2M1;
+  if (dtype == "e4m3xe2m1" || dtype == "bf16xe2m1") r.b = DType::E2M1;
+  if (weight_only) r.a = DType::BF16;
   r.d = parse(out_dtype, "out_dtype");
   r.a_k_major = a_k_major, r.b_k_major = b_k_major;
   r.scale = mx ? ScaleMode::Block32  // the MX families' e8m0 scales, applied in the mainloop
@@ -122,8 +125,20 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   auto const [mod, r] = describe("explain", arch, m, n, k, dtype, out_dtype, a_k_major, b_k_major, scale, sm_count,
                                  config, fast_accum);
   if (config) check_config_accum("explain", c10::string_view(*config), fast_accum);
-  Choice const c = choose_kernel("explain", *mod->table, r, /*explain=*/true);
   py::dict d;
+  if (r.a == DType::BF16 && r.scale == ScaleMode::Block32 && !config && !has_candidate(*mod->table, r)) {
+    // weight_only_mm without a kernel for this problem (dispatch.cpp): its reference runs.
+    d["config"] = "reference";
+    d["log"] = std::vector<std::string>{
+        "no weight-only kernel fits (the decode GEMV takes M <= 64 tokens of bf16 and K % 32 == 0): "
+        "weight_only_mm runs its exact reference (the weight dequantized exactly, fp64 sums on a GPU, rounded once)"};
+    for (char const* key : {"tma_store", "copy_a", "copy_b", "pad_d", "pad_m", "tuned", "swap_ab", "fast_accum"}) d[key] = false;
+    d["estimate_us"] = 0.0;
+    d["sm_count"] = r.sm_count;
+    d["cost_model_measured"] = mod->table->cost.measured;
+    return d;
+  }
+  Choice const c = choose_kernel("explain", *mod->table, r, /*explain=*/true);
   d["config"] = c.entry->config;
   d["tma_store"] = c.entry->tma_store;
   d["copy_a"] = c.copy_a;

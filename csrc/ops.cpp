@@ -117,11 +117,9 @@ at::Tensor weight_only_mm_ref(at::Tensor const& a, at::Tensor const& b, at::Tens
   char const* op = "persistent_gemm.weight_only_mm";
   ScaleLayout const layout = parse_scale_layout(op, scale_b_layout, "scale_b_layout");
   auto const p = check_weight_only_mm(op, a, b, scale_b, out_dtype, layout);
-  // No fused kernel yet (issue 24): nothing to force.
-  TORCH_CHECK_VALUE(!config, msg(op, ": config '", std::string(*config), "': no weight-only kernel is built yet; this op "
-                    "runs its reference implementation on every device (leave config out)"));
-  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
   bool const e2m1 = b.scalar_type() == at::kFloat4_e2m1fn_x2;
+  check_config(op, config, {e2m1 ? "bf16xe2m1" : "bf16xe4m3"});  // checked, nothing to force here
+  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
   auto const values = e2m1 ? unpack_e2m1(b.t()) : b.t().to(at::kFloat);  // (N, K)
   auto const db = values * block_scale_factors(scale_b, p.n, p.k, layout);
   // fp32 products of a 16-bit activation and an MX weight are exact; the CPU sums them in fp32.
@@ -305,7 +303,7 @@ TORCH_LIBRARY_IMPL(persistent_gemm, CUDA, m) {
   m.impl("scaled_mm", &scaled_mm_cuda);
   m.impl("mxfp8_mm", &mxfp8_mm_cuda);
   m.impl("fp8_fp4_mm", &fp8_fp4_mm_cuda);
-  m.impl("weight_only_mm", &weight_only_mm_ref);  // the reference until the fused kernels land (issue 24)
+  m.impl("weight_only_mm", &weight_only_mm_cuda);
 }
 
 TORCH_LIBRARY_IMPL(persistent_gemm, Autograd, m) {

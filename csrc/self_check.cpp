@@ -73,6 +73,8 @@ struct Outcome {
   bool ok() const { return non_finite == 0 && err <= bound; }
 };
 
+Outcome compare(at::Tensor got, at::Tensor ref, Shape const& s);
+
 // Runs `e`'s op with `e` forced on fresh inputs (from a private generator: the caller's random
 // stream is not touched) and compares with the reference on the same inputs.
 Outcome run_check(KernelEntry const& e, int device, Shape const& s) {
@@ -114,12 +116,23 @@ Outcome run_check(KernelEntry const& e, int device, Shape const& s) {
     } else {
       b = randn(s.n, s.k).mul(4).to(at::kFloat8_e4m3fn).t();
     }
+    if (e.a_dtype == DType::BF16) {  // weight-only MX: bf16 activations as they are, no scales
+      a = randn(s.m, s.k).to(at::kBFloat16);
+      got = weight_only_mm_cuda(a.to(dev.device()), b.to(dev.device()), bs.to(dev.device()), out, "plain", config,
+                                std::nullopt);
+      ref = weight_only_mm_ref(a, b, bs, out, "plain", std::nullopt, std::nullopt);
+      return compare(got, ref, s);
+    }
     auto const run = e.b_dtype == DType::E2M1 ? &fp8_fp4_mm_cuda : &mxfp8_mm_cuda;
     auto const reference = e.b_dtype == DType::E2M1 ? &fp8_fp4_mm_cpu : &mxfp8_mm_cpu;
     got = run(a.to(dev.device()), b.to(dev.device()), as.to(dev.device()), bs.to(dev.device()), out, "plain", config,
               std::nullopt, std::nullopt);
     ref = reference(a, b, as, bs, out, "plain", std::nullopt, std::nullopt, std::nullopt);
   }
+  return compare(got, ref, s);
+}
+
+Outcome compare(at::Tensor got, at::Tensor ref, Shape const& s) {
   got = got.to(at::kCPU).to(at::kDouble);
   if (env_is("PGEMM_SELF_CHECK_INJECT_FAULT", "1")) got.index_put_({s.m - 1, s.n - 1}, got.index({s.m - 1, s.n - 1}) + 1e3);
   ref = ref.to(at::kDouble);

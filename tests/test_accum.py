@@ -6,7 +6,7 @@ import torch
 
 import persistent_gemm as pg
 from persistent_gemm import catalogue, codegen
-from persistent_gemm.catalogue import CATALOGUE, ConfigError, KernelConfig
+from persistent_gemm.catalogue import CATALOGUE, MX_DTYPES, WEIGHT_ONLY_DTYPES, ConfigError, KernelConfig
 
 
 def _fp8(rows, cols, seed):
@@ -74,8 +74,9 @@ def test_register_budget_mirrors_the_cpp_static_assert():
 
 # -- lowering -------------------------------------------------------------------------------------
 def test_lowering_names_the_accumulation_tag():
-    # The MX builder has no accumulation choice (it promotes every 32-K block): not its TUs.
-    for c in (c for c in CATALOGUE if c.arch == "sm90a" and c.dtype not in ("mxfp8", "e4m3xe2m1")):
+    # The MX builder has no accumulation choice (it promotes every 32-K block), nor has the
+    # weight-only GEMV (fp32 over the whole K): not their TUs.
+    for c in (c for c in CATALOGUE if c.arch == "sm90a" and c.dtype not in MX_DTYPES + WEIGHT_ONLY_DTYPES):
         for v in codegen.variants(c):
             tu = codegen.kernel_tu(c, v)
             tag = "AccumFast" if c.accum == "fast" else "AccumPromoted"

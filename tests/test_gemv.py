@@ -106,7 +106,7 @@ def test_strip_stream_k_cpp_walk_matches_python(tmp_path):
 # -- catalogue ----------------------------------------------------------------------------------
 def test_catalogue_has_a_gemv_per_family_and_token_tile():
     got = {(c.dtype, c.tile[1]) for c in GEMV}
-    assert got == {(d, t) for d in ("mxfp8", "e4m3xe2m1") for t in GEMV_TOKENS}
+    assert got == {(d, t) for d in ("mxfp8", "e4m3xe2m1", "bf16xe4m3", "bf16xe2m1") for t in GEMV_TOKENS}
     for c in GEMV:
         assert KernelConfig.from_name(c.name) == c
         assert c.name.endswith("_gemv_swapab")
@@ -135,16 +135,23 @@ def test_gemv_rules_name_the_field(change, match):
 def test_gemv_configs_share_one_tu_per_family_and_have_no_device_walk(tmp_path):
     files = codegen.generate(tmp_path, ["sm90a"], pattern="gemv")["sm90a"]
     names = sorted(p.name for p in files)
-    assert names == sorted(["sm90a_mxfp8_gemv.cu", "sm90a_e4m3xe2m1_gemv.cu", "kernel_table.cpp", "scale_layout.cu",
-                            "module.cpp"])
+    assert names == sorted(["sm90a_mxfp8_gemv.cu", "sm90a_e4m3xe2m1_gemv.cu", "sm90a_bf16xe4m3_gemv.cu",
+                            "sm90a_bf16xe2m1_gemv.cu", "kernel_table.cpp", "scale_layout.cu", "module.cpp"])
     tu = (tmp_path / "sm90a" / "sm90a_e4m3xe2m1_gemv.cu").read_text()
-    assert tu.count("using Gemm = persistent_gemm::kernel::Sm90MxGemv<OperandW, ElementD, kTokens>;") == 4 * 3
+    assert tu.count("using Gemm = persistent_gemm::kernel::Sm90MxGemv<OperandW, OperandX, ElementD, kTokens>;") == 4 * 3
     assert "using OperandW = persistent_gemm::kernel::GemvWeightE2m1;" in tu
+    assert tu.count("using OperandX = persistent_gemm::kernel::GemvActE4m3;") == 4 * 3
+    # weight-only: bf16 activations, D in bf16 or fp32 (fp16 activations run the reference)
+    wo = (tmp_path / "sm90a" / "sm90a_bf16xe2m1_gemv.cu").read_text()
+    assert wo.count("using OperandX = persistent_gemm::kernel::GemvActBf16;") == 4 * 2
+    assert "using OperandW = persistent_gemm::kernel::GemvWeightE2m1;" in wo
     table = (tmp_path / "sm90a" / "kernel_table.cpp").read_text()
     assert "KernelStyle::Gemv" in table and "schedule_sm90a_mxfp8" not in table
     # every output dtype is a kernel (fp16 included: no fp32 round trip)
     for d in ("BF16", "FP16", "FP32"):
         assert f"DType::E4M3, DType::E2M1, DType::{d}" in table
+    for w in ("E4M3", "E2M1"):
+        assert f"DType::BF16, DType::{w}, DType::BF16" in table and f"DType::BF16, DType::{w}, DType::FP16" not in table
 
 
 def test_gemv_static_asserts_mirror_the_python_rules():

@@ -240,9 +240,12 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = N
 
     ``b`` may be a :class:`PreparedWeight` (MXFP8 or MXFP4, :func:`prepare_weight`): a
     weight-only MX GEMM, the activations staying 16-bit (``torch.ops.persistent_gemm.weight_only_mm``;
-    output in ``a``'s dtype or fp32, ``bias`` as here, no ``alpha``/``beta``). It runs its
-    reference implementation on every device until the fused kernels land (issue 24): the
-    weight dequantized exactly, fp32 products, one rounding.
+    output in ``a``'s dtype or fp32, ``bias`` as here, no ``alpha``/``beta``). On a GPU, bf16
+    activations of up to 64 tokens run the weight-only decode GEMV (the weight converted to bf16
+    in registers with its block scales applied in fp32 per 32-K block, fp32 sums, one
+    rounding); larger M and fp16 activations run the op's reference (the weight dequantized
+    exactly, fp64 sums on a GPU, one rounding), as :func:`explain` says (dtype ``"bf16xe2m1"``
+    / ``"bf16xe4m3"``). ``config`` forces a weight-only kernel (``sm90a_bf16xe2m1_...``).
 
     Row- and column-major operands run without copies; any other strides (stride-0 broadcast
     views such as ``x.expand(M, K)``, misaligned rows) are copied once to a K-major buffer.
@@ -260,8 +263,10 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = N
         if alpha != 1.0 or beta != 1.0:
             raise ValueError("mm with a PreparedWeight (weight-only MX) takes no alpha / beta; scale the output instead")
         _check_types("mm", out_dtype, bias, a=a)
+        family = "bf16xe2m1" if b.b.dtype == torch.float4_e2m1fn_x2 else "bf16xe4m3"
         return torch.ops.persistent_gemm.weight_only_mm.default(a, b.b, b.scale_b, out_dtype, b.scale_b_layout,
-                                                                None if config is None else str(config), bias)
+                                                                _config(config, "weight_only_mm", family, a.device),
+                                                                bias)
     _check_types("mm", out_dtype, bias, a=a, b=b)
     return torch.ops.persistent_gemm.mm.default(
         a, b, out_dtype, _config(config, "mm", "fp16" if a.dtype == torch.float16 else "bf16", a.device),

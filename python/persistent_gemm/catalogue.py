@@ -22,15 +22,17 @@ from .library import lowering
 from .schedule import TileSchedule
 
 Arch = Literal["sm90a", "sm100a"]  # for type checkers; the values come from archs.ARCHS
-Dtype = Literal["bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"]
+Dtype = Literal["bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1", "bf16xe4m3", "bf16xe2m1"]
 Kernel = Literal["cooperative", "pingpong", "gemv", "1sm", "2sm"]
 Accum = Literal["promoted", "fast"]
 Route = Literal["promote", "bf16"]
 
 ARCHS: tuple[str, ...] = ARCH_NAMES
-DTYPES: tuple[str, ...] = ("bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1")
-#: bytes per element of the A operand, per dtype family (for K-tile and footprint rules)
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1, "mxfp8": 1, "e4m3xe2m1": 1}
+DTYPES: tuple[str, ...] = ("bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1", "bf16xe4m3", "bf16xe2m1")
+#: bytes per element of the A operand (the op's activations), per dtype family (for K-tile and
+#: footprint rules), and of the B operand (the weight) where they differ
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1, "mxfp8": 1, "e4m3xe2m1": 1, "bf16xe4m3": 2, "bf16xe2m1": 2}
+DTYPE_B_BYTES = {"e4m3xe2m1": 0.5, "bf16xe4m3": 1, "bf16xe2m1": 0.5}
 KERNEL_STYLES = {a.name: a.styles for a in _ARCH_SPECS.values()}
 _STYLE_TOKEN = {"cooperative": "coop", "pingpong": "pp", "gemv": "gemv", "1sm": "1sm", "2sm": "2sm"}
 _TOKEN_STYLE = {v: k for k, v in _STYLE_TOKEN.items()}
@@ -64,6 +66,12 @@ SM90_ACCUMULATOR_REGISTER_BUDGET = 192
 
 #: Dtype families applied with 1x32 e8m0 block scales in the mainloop (the MX ops).
 MX_DTYPES: tuple[str, ...] = ("mxfp8", "e4m3xe2m1")
+#: Weight-only MX families (weight_only_mm): bf16 activations as the model has them x an MXFP8
+#: (e4m3) or MXFP4 (e2m1) weight with its e8m0 1x32 scales. Nothing is quantized at run time.
+#: Kernels: the decode GEMV (kernel="gemv", M <= 64).
+WEIGHT_ONLY_DTYPES: tuple[str, ...] = ("bf16xe4m3", "bf16xe2m1")
+#: Families whose weight is e2m1 (two codes per byte: K-tiles and chunks count codes)
+E2M1_DTYPES: tuple[str, ...] = ("e4m3xe2m1", "bf16xe2m1")
 #: The SM100 block-scaled path's tile rules (kernel/sm100_tile_mapping.hpp's sm100_mx constants).
 SM100_MX_TILE_K = 128
 SM100_MX_TILE_N = 128
@@ -171,6 +179,9 @@ class KernelConfig:
             return f"tile must be (tile_m, tile_n, tile_k), got {self.tile}"
         if self.kernel == "gemv":
             return self._gemv_rejection()
+        if self.dtype in WEIGHT_ONLY_DTYPES:
+            return (f"{self.dtype} (weight-only MX) has the decode kernel only: kernel='gemv' (M <= 64); larger M "
+                    f"runs the op's reference")
         tm, tn, tk = self.tile
         if self.stages is not None and not 2 <= self.stages <= 12:
             return f"stages must be None (auto) or in [2, 12], got {self.stages}"
@@ -214,15 +225,16 @@ class KernelConfig:
         schedule's knobs do not apply and must stay at their defaults."""
         tm, tn, tk = self.tile
         s = self.schedule
-        if self.dtype not in MX_DTYPES:
-            return f"kernel='gemv' is the MX decode kernel ({', '.join(MX_DTYPES)}), not {self.dtype}"
+        if self.dtype not in MX_DTYPES + WEIGHT_ONLY_DTYPES:
+            return (f"kernel='gemv' is the MX decode kernel ({', '.join(MX_DTYPES + WEIGHT_ONLY_DTYPES)}), "
+                    f"not {self.dtype}")
         if not self.swap_ab:
             return "gemv kernels are swap_ab: the weight is the mma's 16-row A side, the tokens its n8 side"
         if tm != GEMV_STRIP_ROWS:
             return f"gemv kernels stream {GEMV_STRIP_ROWS}-row weight strips (one scale atom of rows): tile_m must be {GEMV_STRIP_ROWS}, got {tm}"
         if tn not in GEMV_TOKENS:
             return f"gemv kernels take whole n8 token tiles, at most 8: tile_n must be one of {GEMV_TOKENS}, got {tn}"
-        want_k = GEMV_CHUNK_BYTES * (2 if self.dtype == "e4m3xe2m1" else 1)
+        want_k = GEMV_CHUNK_BYTES * (2 if self.dtype in E2M1_DTYPES else 1)
         if tk != want_k:
             return (f"gemv kernels stream {GEMV_CHUNK_BYTES} weight bytes per row per unit: tile_k must be {want_k} "
                     f"for {self.dtype}, got {tk}")
@@ -423,7 +435,7 @@ class KernelConfig:
 
 
 _NAME_RE = re.compile(
-    rf"(?P<arch>{'|'.join(ARCHS)})_(?P<dtype>bf16|fp16|e4m3xe2m1|e4m3|mxfp8)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)"
+    rf"(?P<arch>{'|'.join(ARCHS)})_(?P<dtype>bf16xe4m3|bf16xe2m1|bf16|fp16|e4m3xe2m1|e4m3|mxfp8)_(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)"
     r"_c(?P<cm>\d+)x(?P<cn>\d+)_sw(?P<sw>\d+)_(?P<raster>row|column)(?:_sk(?P<sk>\d+))?_(?P<style>coop|pp|gemv|1sm|2sm)(?P<swap>_swapab)?(?P<accum>_fastacc)?(?P<route>_bf16route|_fold)?(?:_s(?P<stages>\d+))?"
 )
 
@@ -500,6 +512,10 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     # tokens: M <= 8 runs one n8 MMA tile). Both families' configs are one translation unit each.
     *(_cfg((GEMV_STRIP_ROWS, t, GEMV_CHUNK_BYTES * w), 1, (1, 1), kernel="gemv", dtype=d, swap_ab=True)
       for d, w in (("mxfp8", 1), ("e4m3xe2m1", 2)) for t in GEMV_TOKENS),
+    # Weight-only MX decode (weight_only_mm, M <= 64): the same GEMV with bf16 activations read
+    # as they are; the weight's e4m3 / e2m1 bytes become bf16 in registers.
+    *(_cfg((GEMV_STRIP_ROWS, t, GEMV_CHUNK_BYTES * w), 1, (1, 1), kernel="gemv", dtype=d, swap_ab=True)
+      for d, w in (("bf16xe4m3", 1), ("bf16xe2m1", 2)) for t in GEMV_TOKENS),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a"),
     # SM100 MX (tcgen05 block_scale MMAs, kind::mxf8f6f4; compiled and SASS-checked, not run by
     # this project): a 1-SM and a 2-SM tile per family, per-CTA N = 128 (see _sm100_mx_rejection).

@@ -43,8 +43,8 @@ def variants(config: KernelConfig) -> list[Variant]:
     low = lowering(config.arch, config.dtype)
     if low is None:
         return []
-    if config.kernel == "gemv":
-        return list(GEMV_VARIANTS)
+    if config.kernel == "gemv":  # the MX families' decode variants, or a gemv-only family's own
+        return list(low.primary if low.tu == "gemv" else GEMV_VARIANTS)
     if config.route == "bf16":
         return list(BF16_ROUTE_VARIANTS)
     if config in CATALOGUE and not _is_primary(config):
@@ -199,10 +199,11 @@ ${kernels}}  // namespace persistent_gemm::gen
 
 _GEMV_KERNEL = Template(
     """namespace k_${ident} {  // ${name}, variant ${suffix}
-using OperandW = ${gemv_weight};  // the weight's bytes; the activations are e4m3
+using OperandW = ${gemv_weight};  // the weight's bytes
+using OperandX = ${gemv_activation};  // the activations' element (and whether they carry scales)
 using ElementD = ${d_type};
 constexpr int kTokens = ${tile_n};  // tokens per launch: whole n8 MMA tiles
-using Gemm = ${builder}<OperandW, ElementD, kTokens>;
+using Gemm = ${builder}<OperandW, OperandX, ElementD, kTokens>;
 }  // namespace k_${ident}
 ${entry_points}"""
 )
@@ -328,7 +329,7 @@ def gemv_tu(arch: str, family: str, kernels: Sequence[tuple[KernelConfig, Varian
     entry = entry or _ENTRY_POINTS
     body = "".join(_GEMV_KERNEL.substitute(
         c.template_args(), suffix=v.suffix, ident=ident(f"{c.name}__{v.suffix}"), gemv_weight=low.gemv_weight,
-        d_type=ELEMENTS[v.out].cpp, builder=GEMV_BUILDER,
+        gemv_activation=low.gemv_activation, d_type=ELEMENTS[v.out].cpp, builder=GEMV_BUILDER,
         entry_points=entry.substitute(ident=ident(f"{c.name}__{v.suffix}"))) for c, v in kernels)
     return _GEMV_TU.substitute(arch=arch, family=family, header=GEMV_HEADER, kernels=body)
 

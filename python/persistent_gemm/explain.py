@@ -11,13 +11,14 @@ from typing import Optional
 
 from .archs import ARCH_NAMES
 from .archs import ARCHS as ARCH_SPECS
-from .catalogue import MX_DTYPES, KernelConfig
+from .catalogue import MX_DTYPES, WEIGHT_ONLY_DTYPES, KernelConfig
 from .library import canonical_family
 from .schedule import check_int
 
 #: What :func:`explain` accepts (the C++ side knows the same names).
 ARCHS = ARCH_NAMES
-DTYPES = ("bf16", "fp16", "e4m3") + MX_DTYPES  # MX: e8m0 1x32 block scales, no `scale` argument
+#: MX and weight-only MX: e8m0 1x32 block scales, no `scale` argument
+DTYPES = ("bf16", "fp16", "e4m3") + MX_DTYPES + WEIGHT_ONLY_DTYPES
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 SCALES = ("none", "tensor", "row")
 #: The kernels index tiles and elements with 32-bit extents (the ops refuse M, N, K >= 2^31).
@@ -82,9 +83,10 @@ def _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config
     if dtype == "e4m3" and scale == "none":
         raise ValueError("scale must be 'tensor' or 'row' for dtype 'e4m3' (scaled_mm), got 'none'")
     if dtype != "e4m3" and scale != "none":
-        what = "the MX ops carry their e8m0 block scales" if dtype in MX_DTYPES else "mm has no scales"
+        what = ("the MX ops carry their e8m0 block scales" if dtype in MX_DTYPES + WEIGHT_ONLY_DTYPES
+                else "mm has no scales")
         raise ValueError(f"scale must be 'none' for dtype {dtype!r} ({what}), got {scale!r}")
-    if dtype in MX_DTYPES and layout != "rc":
+    if dtype in MX_DTYPES + WEIGHT_ONLY_DTYPES and layout != "rc":
         raise ValueError(f"layout must be 'rc' for dtype {dtype!r} (the MX ops take a row-major a and a column-major b), "
                          f"got {layout!r}")
     if not isinstance(arch, str):
@@ -131,7 +133,9 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     """The kernel ``mm``/``scaled_mm`` would pick for an (M, N, K) problem.
 
     ``M``, ``N``, ``K``: positive ints below 2^31. ``dtype``: ``"bf16"``, ``"fp16"`` (mm),
-    ``"e4m3"`` (scaled_mm), ``"mxfp8"`` (mxfp8_mm) or ``"e4m3xe2m1"`` (fp8_fp4_mm); the op's name, the
+    ``"e4m3"`` (scaled_mm), ``"mxfp8"`` (mxfp8_mm), ``"e4m3xe2m1"`` (fp8_fp4_mm), ``"bf16xe4m3"`` or
+    ``"bf16xe2m1"`` (weight_only_mm with an MXFP8 / MXFP4 weight: ``config == "reference"`` where no
+    kernel fits, and the op runs its exact reference); the op's name, the
     pg.nn format (``"fp8_rowwise"``, ``"fp8_fp4"``), ``"mxfp4"`` and torch dtypes are accepted too. ``out_dtype``: ``"bf16"``, ``"fp16"`` or ``"fp32"``; defaults to the
     input dtype for mm, bf16 for fp8. ``layout`` is two letters, for a (M, K) and b (K, N):
     ``r`` row-major, ``c`` column-major (``"rc"``: both K-major, the fast path). ``scale``:
@@ -172,7 +176,7 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     arch, sm_count = _device_defaults(arch, sm_count)
     M, N, K, sm_count = _check_args(M, N, K, dtype, out_dtype, layout, scale, arch, sm_count, config,
                                     use_fast_accum)
-    out = out_dtype or ("bf16" if dtype in ("e4m3",) + MX_DTYPES else dtype)
+    out = out_dtype or ("bf16" if dtype in ("e4m3",) + MX_DTYPES + WEIGHT_ONLY_DTYPES else dtype)
     ext = require_extension()
     if config is not None:  # as the ops take it: a registered name as is, else checked, then compiled
         from . import jit

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 __all__ = ["Element", "ELEMENTS", "Variant", "Lowering", "LOWERINGS", "lowering", "fit_variants", "GEMV_VARIANTS",
-           "BF16_ROUTE_VARIANTS"]
+           "BF16_ROUTE_VARIANTS", "WEIGHT_ONLY_GEMV_VARIANTS"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ ELEMENTS: dict[str, Element] = {e.name: e for e in (
 FAMILY_ALIASES: dict[str, str] = {
     "mm": "bf16", "scaled_mm": "e4m3", "fp8_rowwise": "e4m3", "mxfp8_mm": "mxfp8",
     "fp8_fp4_mm": "e4m3xe2m1", "fp8_fp4": "e4m3xe2m1", "mxfp4": "e4m3xe2m1", "fp4": "e4m3xe2m1",
+    "mxfp8_weight_only": "bf16xe4m3", "mxfp4_weight_only": "bf16xe2m1",
 }
 
 
@@ -110,8 +111,10 @@ class Lowering:
     #: The MX decode kernel (Sm90MxGemv, kernel style "gemv"): the C++ tag of the weight's bytes;
     #: None where the family has none
     gemv_weight: Optional[str] = None
+    #: ... and of its activations: e4m3 with e8m0 scales (the MX ops), or bf16 (weight-only)
+    gemv_activation: str = "persistent_gemm::kernel::GemvActE4m3"
     #: which kernel translation-unit template codegen fills: "gemm" (Sm90Gemm / Sm100Gemm),
-    #: "sm90_mx" (Sm90MxGemm), "sm100_mx" (Sm100MxGemm)
+    #: "sm90_mx" (Sm90MxGemm), "sm100_mx" (Sm100MxGemm), "gemv" (Sm90MxGemv only)
     tu: str = "gemm"
 
 
@@ -146,6 +149,11 @@ GEMV_HEADER = "sm90_mx_gemv"
 GEMV_BUILDER = "persistent_gemm::kernel::Sm90MxGemv"
 GEMV_VARIANTS = tuple(Variant(True, True, d, "block", False) for d in ("bf16", "fp16", "fp32"))
 
+# Weight-only MX (bf16 activations): the decode GEMV only, D in the activations' dtype or fp32.
+WEIGHT_ONLY_GEMV_VARIANTS = tuple(Variant(True, True, d, "block", False) for d in ("bf16", "fp32"))
+_SM90_WEIGHT_ONLY = dict(builder=GEMV_BUILDER, header=GEMV_HEADER, block_scale="e8m0", tu="gemv",
+                         primary=WEIGHT_ONLY_GEMV_VARIANTS, tuned=WEIGHT_ONLY_GEMV_VARIANTS)
+
 # The MX bf16 route (KernelConfig.route == "bf16", both sm90a MX families): a pre-pass and the
 # GEMM in one entry; D by predicated (transposed) stores; fp32 out covers fp16 by one cast.
 BF16_ROUTE_HEADER = "sm90_mx_bf16_gemm_builder"
@@ -161,6 +169,11 @@ LOWERINGS: dict[tuple[str, str], Lowering] = {(r.arch, r.family): r for r in (
              gemv_weight="persistent_gemm::kernel::GemvWeightE4m3", **_SM90_MX),
     Lowering("sm90a", "e4m3xe2m1", "e4m3", "e2m1", operand_x="persistent_gemm::collective::MxOperandE2m1",
              gemv_weight="persistent_gemm::kernel::GemvWeightE2m1", **_SM90_MX),
+    # Weight-only MX: the decode GEMV with bf16 activations (no activation scales); bf16 or fp32 D.
+    Lowering("sm90a", "bf16xe4m3", "bf16", "e4m3", gemv_weight="persistent_gemm::kernel::GemvWeightE4m3",
+             gemv_activation="persistent_gemm::kernel::GemvActBf16", **_SM90_WEIGHT_ONLY),
+    Lowering("sm90a", "bf16xe2m1", "bf16", "e2m1", gemv_weight="persistent_gemm::kernel::GemvWeightE2m1",
+             gemv_activation="persistent_gemm::kernel::GemvActBf16", **_SM90_WEIGHT_ONLY),
     Lowering("sm90a", "bf16", "bf16", "bf16", **_SM90, **_sixteen_bit_sm90("bf16")),
     Lowering("sm90a", "fp16", "fp16", "fp16", **_SM90, **_sixteen_bit_sm90("fp16")),
     Lowering("sm90a", "e4m3", "e4m3", "e4m3", **_SM90,

@@ -362,12 +362,12 @@ def operand_bytes(dtype: str):
     """Bytes per element of A and of B as exact fractions (``e4m3xe2m1``: B is FP4, 1/2 byte)."""
     from fractions import Fraction
 
-    from .catalogue import DTYPE_BYTES
+    from .catalogue import DTYPE_B_BYTES, DTYPE_BYTES
 
     if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype must be one of {tuple(DTYPE_BYTES)}, got {dtype!r}")
     a = Fraction(DTYPE_BYTES[dtype])
-    return a, (Fraction(1, 2) if dtype == "e4m3xe2m1" else a)
+    return a, Fraction(DTYPE_B_BYTES[dtype]) if dtype in DTYPE_B_BYTES else a
 
 
 

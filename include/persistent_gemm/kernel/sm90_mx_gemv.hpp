@@ -1,15 +1,18 @@
-// The MX decode kernel (SM90, M <= 64 tokens): a stream-K tensor-core GEMV for mxfp8_mm and
-// fp8_fp4_mm. No wgmma and no per-32 wait: each 1x32 block is one K=32 mma.sync (two f16 k16
-// mmas on operands widened once -- up to 16 tokens, 32 for FP4 -- else one e4m3 k32) whose fp32
-// result is scaled and added (FFMA) while the next block's mma is already issued.
+// The MX decode kernel (SM90, M <= 64 tokens): a stream-K tensor-core GEMV for mxfp8_mm,
+// fp8_fp4_mm and weight_only_mm. No wgmma and no per-32 wait: each 1x32 block is one K=32
+// mma.sync whose fp32 result is scaled and added (FFMA) while the next block's mma is already
+// issued. e4m3 activations (the MX ops): two f16 k16 mmas on operands widened once -- up to 16
+// tokens, 32 for FP4 -- else one e4m3 k32. bf16 activations (weight-only): two bf16 k16 mmas on
+// the weight converted to bf16 in registers, the activations read as they are.
 //
-//   persistent_gemm::kernel::Sm90MxGemv<OperandW, ElementD, Tokens>::run(GemmArgs const&, stream)
+//   persistent_gemm::kernel::Sm90MxGemv<OperandW, OperandX, ElementD, Tokens>::run(GemmArgs const&, stream)
 //
 // GemmArgs in the swap-AB orientation of the MX kernels: a = the weight, (N rows, K) e4m3 or
 // packed e2m1, 16-byte aligned rows (prepare_weight's operand); scale_a its blocked e8m0 scales
-// (128-row x 4-block atoms); b = the activations (M <= Tokens rows, K) e4m3; scale_b their e8m0
-// scales, read as they come: plain (M, ceil(K/32)) rows of ld_scale_b bytes, or blocked when
-// ld_scale_b == 0. d = D (M, N) row-major.
+// (128-row x 4-block atoms); b = the activations (M <= Tokens rows, K): e4m3 (ldb in bytes) with
+// scale_b their e8m0 scales, read as they come: plain (M, ceil(K/32)) rows of ld_scale_b bytes,
+// or blocked when ld_scale_b == 0; or bf16 (ldb in elements) without scales.
+// d = D (M, N) row-major.
 //
 // Work: the weight's 128-row strips x 256-byte K chunks, dealt to one CTA per SM as contiguous
 // strip-major ranges (scheduler/strip_stream_k.hpp). Roles per CTA:
@@ -18,10 +21,11 @@
 //               (TMA boxes of M rows) into a ring of stages; the first stages' weight before
 //               the PDL wait.
 //   warp 9      copies the unit's activation scales into the stage (plain or blocked, so no
-//               relayout kernel runs per call), one unit ahead in registers.
+//               relayout kernel runs per call), one unit ahead in registers; idle for bf16.
 //   warps 0..7  16 weight rows each: per block, LDS the A fragment (e4m3 -> f16; e2m1 -> f16 x
-//               2^-14 by bit placement, or -> e4m3 for the k32 mma), the tokens' B fragment, mma
-//               into a temporary, acc += temp * (s_x * s_w).
+//               2^-14 by bit placement, or -> e4m3 for the k32 mma; e4m3 / e2m1 -> bf16 by bit
+//               placement and one HMUL2), the tokens' B fragment, mma into a temporary,
+//               acc += temp * (s_x * s_w) (bf16 activations: temp * s_w).
 // Strips shared by CTAs are reduced in fixed order through per-warp fp32 slots and nonce flags
 // (no memset, bitwise reproducible); docs/design/mx_decode_gemv.md has the protocol.
 #pragma once
@@ -55,6 +59,10 @@ struct Gemv {};
 // Weight operand tags of the decode kernel (what the weight's bytes are).
 struct GemvWeightE4m3 {};
 struct GemvWeightE2m1 {};
+// Activation operand tags: e4m3 with e8m0 1x32 scales (mxfp8_mm, fp8_fp4_mm), or bf16 as the
+// model has them (weight_only_mm: no activation scales, nothing quantized).
+struct GemvActE4m3 {};
+struct GemvActBf16 {};
 
 namespace gemv_detail {
 
@@ -131,6 +139,32 @@ CUTLASS_DEVICE void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2
 #endif
 }
 
+// D(16x8) = A(16x16 bf16) . B(16x8 bf16) + C, fp32.
+CUTLASS_DEVICE void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                             uint32_t b1, float const (&c)[4]) {
+#ifdef PGEMM_GEMV_DEVICE
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#endif
+}
+
+// bf16x2 times 2^e (both halves), exactly where the product is a bf16: the bit placements of
+// mx_detail (e2m1 x 2^-126, e4m3 x 2^-120) brought back to the values, subnormal 0.5 x 2^-126
+// included (HFMA2.BF16 keeps subnormal inputs).
+template <int E>
+CUTLASS_DEVICE uint32_t bf16x2_times_pow2(uint32_t x) {
+  static_assert(E > -127 && E < 128, "a normal bf16 power of two");
+  uint32_t d = x;
+#ifdef PGEMM_GEMV_DEVICE
+  constexpr uint32_t kBits = uint32_t(E + 127) << 7;
+  asm("{ .reg .b32 c; mov.b32 c, %2; mul.rn.bf16x2 %0, %1, c; }" : "=r"(d) : "r"(x), "n"(kBits | kBits << 16));
+#endif
+  return d;
+}
+
 // Two e4m3 (the low and high byte of `x`) -> f16x2, exactly (every e4m3 value is an f16).
 CUTLASS_DEVICE uint32_t e4m3x2_to_f16x2(uint32_t x) {
   uint32_t d = 0;
@@ -183,10 +217,13 @@ CUTLASS_DEVICE void st_release(uint64_t* p, uint64_t v) {
 // an SM; 32/64 tokens spill), and a worker count that differs between token tiles changes the
 // stream-K split, so a token's bits would depend on the batch it came in (the test of
 // batch-invariant results forbids it). The probe keeps the experiment runnable.
-template <class OperandW, class ElementD, int Tokens, int CtasPerSm = 1>
+template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm = 1>
 struct Sm90MxGemv {
   static constexpr bool kE2m1 = std::is_same_v<OperandW, GemvWeightE2m1>;
   static_assert(kE2m1 || std::is_same_v<OperandW, GemvWeightE4m3>, "OperandW: GemvWeightE4m3 or GemvWeightE2m1");
+  static constexpr bool kBf16X = std::is_same_v<OperandX, GemvActBf16>;
+  static_assert(kBf16X || std::is_same_v<OperandX, GemvActE4m3>, "OperandX: GemvActE4m3 or GemvActBf16");
+  static constexpr int kXElemBytes = kBf16X ? 2 : 1;
   static_assert(Tokens == 8 || Tokens == 16 || Tokens == 32 || Tokens == 64,
                 "MX decode kernel: Tokens must be 8, 16, 32 or 64 (whole n8 MMA tiles, at most 8)");
   static_assert(std::is_same_v<ElementD, cutlass::bfloat16_t> || std::is_same_v<ElementD, cutlass::half_t> ||
@@ -204,14 +241,15 @@ struct Sm90MxGemv {
   // A stage: the unit's weight as two 128 B x 128-row TMA boxes, the activations as
   // kXBoxes 128 B x Tokens-row boxes (128B swizzle: 16-byte chunk c of row r sits at c ^ r % 8,
   // so the fragment loads below hit distinct banks), the weight's scale atoms, the activation
-  // scales widened to fp32 [block][token].
+  // scales widened to fp32 [block][token] (none for bf16 activations).
   static constexpr int kBox = 128;
   static constexpr int kWBytes = 2 * kBox * gemv_detail::kStripRows;
-  static constexpr int kXBoxes = kChunkK / kBox;
+  static constexpr int kXChunkBytes = kChunkK * kXElemBytes;  // one token's activations per unit
+  static constexpr int kXBoxes = kXChunkBytes / kBox;
   static constexpr int kXBox = kBox * Tokens;
   static constexpr int kXBytes = kXBoxes * kXBox;
   static constexpr int kSBytes = kAtoms * 512;
-  static constexpr int kXSBytes = kBlocks * Tokens * 4;
+  static constexpr int kXSBytes = kBf16X ? 0 : kBlocks * Tokens * 4;
   static constexpr int kStageBytes = (kWBytes + kXBytes + kSBytes + kXSBytes + 1023) / 1024 * 1024;
   // Outside the ring, converted once per unit by the consumers instead of once per mma (SM90 runs
   // an e4m3 mma.sync as f16 HMMAs behind per-operand conversions): each warp's weight scales in
@@ -220,22 +258,28 @@ struct Sm90MxGemv {
   static constexpr int kWsfBytes = gemv_detail::kConsumerWarps * 16 * kBlocks * 4;
   // FP4 widens 32 tokens too: its f16 path (bit-placed weights, no F2FP) is what makes it fast,
   // and two stages of 32 KB still fit beside the buffers. 64 tokens would leave one stage.
-  static constexpr bool kHalfX = Tokens <= 16 || (kE2m1 && Tokens <= 32);
+  static constexpr bool kHalfX = !kBf16X && (Tokens <= 16 || (kE2m1 && Tokens <= 32));
   static constexpr int kX16Row = 2 * kChunkK + 64;
   static constexpr int kX16Bytes = kHalfX ? 2 * Tokens * kX16Row : 0;
   static constexpr int kStages = gemv_detail::imin(
       gemv_detail::kMaxStages,
       (kSmemBudget - 1024 - 2 * gemv_detail::kMaxStages * 8 - kWsfBytes - kX16Bytes) / kStageBytes);
   static_assert(kStages >= 2, "MX decode kernel: fewer than two stages fit in shared memory");
+  // The full barrier's arrivals: the producer's expect-tx, and the scale warp's lanes where
+  // there are activation scales to widen.
+  static constexpr int kFullArrivals = 1 + (kBf16X ? 0 : 32);
+  // Blocks unrolled together in a unit: all of them (the loads of later blocks issue early), but
+  // 64 bf16 tokens hold 8 B fragments of 4 registers each, and a whole unit of them spills.
+  static constexpr int kBlockUnroll = kBf16X && Tokens == 64 ? (kE2m1 ? 4 : 2) : kBlocks;
   static constexpr int SharedStorageSize =
       kStages * kStageBytes + kWsfBytes + kX16Bytes + 2 * kStages * 8 + 1024;  // + alignment slack
   static_assert(SharedStorageSize <= kSmemBudget, "MX decode kernel: shared storage over the per-CTA budget");
 
   struct Params {
     CUtensorMap w_map;       // the weight (n, K) rows of bytes, 128 B x 128-row boxes
-    CUtensorMap x_map;       // the activations (m, K) e4m3, 128 B x m-row boxes
+    CUtensorMap x_map;       // the activations (m, K) e4m3 or bf16 as bytes, 128 B x m-row boxes
     uint8_t const* w_scale;  // blocked
-    uint8_t const* x_scale;  // plain rows ld_x_scale bytes apart, or blocked (ld_x_scale == 0)
+    uint8_t const* x_scale;  // plain rows ld_x_scale bytes apart, or blocked (ld_x_scale == 0); bf16: none
     int64_t ld_x_scale;
     ElementD* d;
     int64_t ldd;
@@ -266,13 +310,15 @@ struct Sm90MxGemv {
   }
 
   // Bulk copies need 16-byte aligned sources and sizes: aligned bases and row strides, K % 32
-  // (whole scale blocks; 16-byte rows of packed e2m1).
+  // (whole scale blocks; 16-byte rows of packed e2m1). bf16 activations: ldb in elements, no
+  // scale_b.
   static bool can_implement(GemmArgs const& g) {
     if (g.scale_mode != ScaleMode::Block32 || g.m < 1 || g.n < 1 || g.n > Tokens || g.k < 32 || g.k % 32) return false;
-    if (!g.a || !g.b || !g.d || !g.scale_a || !g.scale_b || g.sm_count < 1) return false;
+    if (!g.a || !g.b || !g.d || !g.scale_a || (!kBf16X && !g.scale_b) || g.sm_count < 1) return false;
     if (!aligned16(g.a) || !aligned16(g.b) || !aligned16(g.scale_a)) return false;
-    if (g.lda % 16 || g.ldb % 16 || g.lda < (kE2m1 ? g.k / 2 : g.k) || (g.n > 1 && g.ldb < g.k)) return false;
-    if (g.ldd < g.m || (g.ld_scale_b != 0 && g.n > 1 && g.ld_scale_b < (g.k + 31) / 32)) return false;
+    if (g.lda % 16 || (g.ldb * kXElemBytes) % 16 || g.lda < (kE2m1 ? g.k / 2 : g.k) || (g.n > 1 && g.ldb < g.k))
+      return false;
+    if (g.ldd < g.m || (!kBf16X && g.ld_scale_b != 0 && g.n > 1 && g.ld_scale_b < (g.k + 31) / 32)) return false;
     return g.workspace_bytes >= workspace_bytes(g) && (g.workspace || workspace_bytes(g) == 0);
   }
 

@@ -6,8 +6,8 @@
 
 namespace persistent_gemm::kernel {
 
-template <class OperandW, class ElementD, int Tokens, int CtasPerSm>
-CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::kernel_body(Params const& p, uint8_t* smem) {
+template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm>
+CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>::kernel_body(Params const& p, uint8_t* smem) {
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes + kWsfBytes + kX16Bytes);
   uint64_t* empty = full + kStages;
   int const warp = threadIdx.x / 32;
@@ -16,7 +16,7 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::kernel_bo
       // Every thread that touched the stage arrives itself (no lane speaks for its warp): the
       // hand-offs then rest on the mbarriers alone, which compute-sanitizer's racecheck models;
       // a __syncwarp the compiler proves redundant is not an ordering it can see.
-      cutlass::arch::ClusterBarrier::init(&full[s], 1 + 32);  // producer's expect-tx + scale lanes
+      cutlass::arch::ClusterBarrier::init(&full[s], kFullArrivals);  // producer's expect-tx (+ scale lanes)
       cutlass::arch::ClusterBarrier::init(&empty[s], gemv_detail::kConsumerWarps * 32);
     }
     cutlass::arch::fence_barrier_init();
@@ -26,14 +26,15 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::kernel_bo
   gemv_detail::launch_dependents();
   if (warp == gemv_detail::kProducerWarp)
     producer(p, smem, full, empty);
-  else if (warp == gemv_detail::kScaleWarp)
-    scale_loader(p, smem, full, empty);
+  else if (warp == gemv_detail::kScaleWarp) {
+    if constexpr (!kBf16X) scale_loader(p, smem, full, empty);
+  }
   else
     consumer(p, smem, full, empty);
 }
 
-template <class OperandW, class ElementD, int Tokens, int CtasPerSm>
-CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::producer(Params const& p, uint8_t* smem, uint64_t* full,
+template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm>
+CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>::producer(Params const& p, uint8_t* smem, uint64_t* full,
                                                                        uint64_t* empty) {
   if (threadIdx.x % 32 != 0) return;  // one thread issues: a unit is 2 + kXBoxes TMA boxes and a bulk copy
   int const w = blockIdx.x;
@@ -61,7 +62,7 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::producer(
     int32_t const chunk = int32_t((u0 + i) % p.sched.chunks);
     CUTLASS_PRAGMA_UNROLL
     for (int h = 0; h < kXBoxes; ++h)
-      cute::SM90_TMA_LOAD_2D::copy(&p.x_map, &full[i % kStages], 0, st + h * kXBox, chunk * kChunkK + h * kBox, 0);
+      cute::SM90_TMA_LOAD_2D::copy(&p.x_map, &full[i % kStages], 0, st + h * kXBox, chunk * kXChunkBytes + h * kBox, 0);
   };
   int64_t const first = count < kStages ? count : int64_t(kStages);
   for (int64_t i = 0; i < first; ++i) load_weight(i);
@@ -74,8 +75,8 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::producer(
   }
 }
 
-template <class OperandW, class ElementD, int Tokens, int CtasPerSm>
-CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::scale_loader(Params const& p, uint8_t* smem,
+template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm>
+CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>::scale_loader(Params const& p, uint8_t* smem,
                                                                            uint64_t* full, uint64_t* empty) {
   int const lane = threadIdx.x % 32;
   int const w = blockIdx.x;
@@ -117,8 +118,8 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::scale_loa
   }
 }
 
-template <class OperandW, class ElementD, int Tokens, int CtasPerSm>
-CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::consumer(Params const& p, uint8_t* smem, uint64_t* full,
+template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm>
+CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>::consumer(Params const& p, uint8_t* smem, uint64_t* full,
                                                                        uint64_t* empty) {
   using collective::mx_detail::e8m0_to_float;
   int const lane = threadIdx.x % 32, cw = threadIdx.x / 32;
@@ -249,74 +250,132 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::consumer(
       }
       cutlass::arch::NamedBarrier::sync(gemv_detail::kConsumerWarps * 32, 1);
     }
+    // bf16 activations (weight-only): the weight's 8 K values of each row -> four bf16x2 pairs
+    // (K 8t + 3 - j, 8t + 7 - j: mx_detail's placements, a shift apart), brought to their values
+    // by one HMUL2 each; the tokens' 8 bf16 at K 8t..8t+7 (one LDS.128) paired the same way by
+    // PRMT. Two k16 mmas: pairs (0 | 1), then (2 | 3). No activation scale: temp * s_w.
+    [[maybe_unused]] auto bf16_block = [&](int b, float sw0, float sw1) {
+      uint32_t ab[8];  // [pair j] x rows (r0 | r1)
+      if constexpr (kE2m1) {
+        uint32_t const q0 = *reinterpret_cast<uint32_t const*>(st + swz(r0, b * 16 + t * 4, kWBytes / 2));
+        uint32_t const q1 = *reinterpret_cast<uint32_t const*>(st + swz(r1, b * 16 + t * 4, kWBytes / 2));
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          ab[2 * j] = gemv_detail::bf16x2_times_pow2<126>(collective::mx_detail::e2m1_pair_to_bf16x2(q0, j));
+          ab[2 * j + 1] = gemv_detail::bf16x2_times_pow2<126>(collective::mx_detail::e2m1_pair_to_bf16x2(q1, j));
+        }
+      } else {
+        uint2 const q0 = *reinterpret_cast<uint2 const*>(st + swz(r0, b * 32 + t * 8, kWBytes / 2));
+        uint2 const q1 = *reinterpret_cast<uint2 const*>(st + swz(r1, b * 32 + t * 8, kWBytes / 2));
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          ab[2 * j] = gemv_detail::bf16x2_times_pow2<120>(collective::mx_detail::e4m3_pair_to_bf16x2(q0.x, q0.y, j));
+          ab[2 * j + 1] = gemv_detail::bf16x2_times_pow2<120>(collective::mx_detail::e4m3_pair_to_bf16x2(q1.x, q1.y, j));
+        }
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kNTiles; ++j) {
+        uint4 const x = *reinterpret_cast<uint4 const*>(st + kWBytes + swz(8 * j + g, (b * 32 + t * 8) * 2, kXBox));
+        uint32_t const x37 = __byte_perm(x.y, x.w, 0x7632), x26 = __byte_perm(x.y, x.w, 0x5410);
+        uint32_t const x15 = __byte_perm(x.x, x.z, 0x7632), x04 = __byte_perm(x.x, x.z, 0x5410);
+        float const zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float temp[4];
+        gemv_detail::mma_bf16(temp, ab[0], ab[1], ab[2], ab[3], x37, x26, zero);
+        gemv_detail::mma_bf16(temp, ab[4], ab[5], ab[6], ab[7], x15, x04, temp);
+        acc[j][0] = fmaf(temp[0], sw0, acc[j][0]);
+        acc[j][1] = fmaf(temp[1], sw0, acc[j][1]);
+        acc[j][2] = fmaf(temp[2], sw1, acc[j][2]);
+        acc[j][3] = fmaf(temp[3], sw1, acc[j][3]);
+      }
+    };
+    // e4m3 activations with their scales (the MX ops).
+    [[maybe_unused]] auto mx_block = [&](int b, float sw0, float sw1) {
+      // A fragment: lane t of rows g, g+8 holds K = 32b + 8t + 0..7 of its rows -- one
+      // permutation of the block's K, the same on the B side, so each lane reads 8 contiguous K.
+      [[maybe_unused]] uint32_t a[4];  // e4m3 x4: rows (r0 | r1) x K (8t..8t+3 | 8t+4..8t+7)
+      [[maybe_unused]] uint32_t ah[8];  // f16x2: [pair p] x rows (r0 | r1)
+      if constexpr (kE2m1 && kHalfX) {
+        // Straight to f16 (times 2^-14), pairs (8t + p, 8t + p + 4): no e4m3 step, no F2FP.
+        uint32_t const q0 = *reinterpret_cast<uint32_t const*>(st + swz(r0, b * 16 + t * 4, kWBytes / 2));
+        uint32_t const q1 = *reinterpret_cast<uint32_t const*>(st + swz(r1, b * 16 + t * 4, kWBytes / 2));
+        uint32_t h0[4], h1[4];
+        gemv_detail::e2m1x8_to_f16x8_scaled(q0, h0);
+        gemv_detail::e2m1x8_to_f16x8_scaled(q1, h1);
+        CUTLASS_PRAGMA_UNROLL
+        for (int p = 0; p < 4; ++p) ah[2 * p] = h0[p], ah[2 * p + 1] = h1[p];
+      } else if constexpr (kE2m1) {
+        uint32_t const q0 = *reinterpret_cast<uint32_t const*>(st + swz(r0, b * 16 + t * 4, kWBytes / 2));
+        uint32_t const q1 = *reinterpret_cast<uint32_t const*>(st + swz(r1, b * 16 + t * 4, kWBytes / 2));
+        collective::mx_detail::e2m1x8_to_e4m3x8(q0, a[0], a[2]);
+        collective::mx_detail::e2m1x8_to_e4m3x8(q1, a[1], a[3]);
+      } else {
+        uint2 const q0 = *reinterpret_cast<uint2 const*>(st + swz(r0, b * 32 + t * 8, kWBytes / 2));
+        uint2 const q1 = *reinterpret_cast<uint2 const*>(st + swz(r1, b * 32 + t * 8, kWBytes / 2));
+        a[0] = q0.x, a[1] = q1.x, a[2] = q0.y, a[3] = q1.y;
+      }
+      if constexpr (kHalfX && !kE2m1) {  // f16x2 pairs (8t + 2p, 8t + 2p + 1)
+        CUTLASS_PRAGMA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          ah[0 + h] = gemv_detail::e4m3x2_to_f16x2(a[h]);
+          ah[2 + h] = gemv_detail::e4m3x2_to_f16x2(a[h] >> 16);
+          ah[4 + h] = gemv_detail::e4m3x2_to_f16x2(a[2 + h]);
+          ah[6 + h] = gemv_detail::e4m3x2_to_f16x2(a[2 + h] >> 16);
+        }
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kNTiles; ++j) {
+        float temp[4];
+        if constexpr (kHalfX) {
+          // Two k16 f16 mmas: slots (2t, 2t+1 | 2t+8, 2t+9) hold K pairs (0 | 1), then (2 | 3).
+          uint4 const x = *reinterpret_cast<uint4 const*>(x16 + (8 * j + g) * kX16Row + (b * 32 + t * 8) * 2);
+          float const zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          gemv_detail::mma_f16(temp, ah[0], ah[1], ah[2], ah[3], x.x, x.y, zero);
+          gemv_detail::mma_f16(temp, ah[4], ah[5], ah[6], ah[7], x.z, x.w, temp);
+        } else {
+          uint2 const x = *reinterpret_cast<uint2 const*>(st + kWBytes + swz(8 * j + g, b * 32 + t * 8, kXBox));
+          gemv_detail::mma_e4m3(temp, a, x.x, x.y);
+        }
+        float2 const sx = *reinterpret_cast<float2 const*>(xs + b * Tokens + 8 * j + 2 * t);
+        // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens). The scale product
+        // first (activation x weight), as the wgmma MX mainloop does.
+        acc[j][0] = fmaf(temp[0], sx.x * sw0, acc[j][0]);
+        acc[j][1] = fmaf(temp[1], sx.y * sw0, acc[j][1]);
+        acc[j][2] = fmaf(temp[2], sx.x * sw1, acc[j][2]);
+        acc[j][3] = fmaf(temp[3], sx.y * sw1, acc[j][3]);
+      }
+    };
     // A whole unit has no branch between its blocks, so the compiler can issue every block's
     // shared-memory loads and mmas ahead of the promotions (a per-block exit test serialized the
     // blocks: measured 3x slower for e2m1). Only a strip's last unit of a K that is not a multiple
     // of the unit takes the counted loop.
     auto blocks = [&](auto whole) {
       float4 sw4[2];
-      CUTLASS_PRAGMA_UNROLL
-      for (int b = 0; b < kBlocks; ++b) {
-        if constexpr (!decltype(whole)::value) {
-          if (b >= nb) break;
-        }
+      auto block = [&](int b) {
         if (b % 4 == 0) {
           sw4[0] = *reinterpret_cast<float4 const*>(wsf + (r0 - cw * 16) * kBlocks + b);
           sw4[1] = *reinterpret_cast<float4 const*>(wsf + (r1 - cw * 16) * kBlocks + b);
         }
         float const sw0 = (&sw4[0].x)[b % 4], sw1 = (&sw4[1].x)[b % 4];
-        // A fragment: lane t of rows g, g+8 holds K = 32b + 8t + 0..7 of its rows -- one
-        // permutation of the block's K, the same on the B side, so each lane reads 8 contiguous K.
-        [[maybe_unused]] uint32_t a[4];  // e4m3 x4: rows (r0 | r1) x K (8t..8t+3 | 8t+4..8t+7)
-        [[maybe_unused]] uint32_t ah[8];  // f16x2: [pair p] x rows (r0 | r1)
-        if constexpr (kE2m1 && kHalfX) {
-          // Straight to f16 (times 2^-14), pairs (8t + p, 8t + p + 4): no e4m3 step, no F2FP.
-          uint32_t const q0 = *reinterpret_cast<uint32_t const*>(st + swz(r0, b * 16 + t * 4, kWBytes / 2));
-          uint32_t const q1 = *reinterpret_cast<uint32_t const*>(st + swz(r1, b * 16 + t * 4, kWBytes / 2));
-          uint32_t h0[4], h1[4];
-          gemv_detail::e2m1x8_to_f16x8_scaled(q0, h0);
-          gemv_detail::e2m1x8_to_f16x8_scaled(q1, h1);
-          CUTLASS_PRAGMA_UNROLL
-          for (int p = 0; p < 4; ++p) ah[2 * p] = h0[p], ah[2 * p + 1] = h1[p];
-        } else if constexpr (kE2m1) {
-          uint32_t const q0 = *reinterpret_cast<uint32_t const*>(st + swz(r0, b * 16 + t * 4, kWBytes / 2));
-          uint32_t const q1 = *reinterpret_cast<uint32_t const*>(st + swz(r1, b * 16 + t * 4, kWBytes / 2));
-          collective::mx_detail::e2m1x8_to_e4m3x8(q0, a[0], a[2]);
-          collective::mx_detail::e2m1x8_to_e4m3x8(q1, a[1], a[3]);
-        } else {
-          uint2 const q0 = *reinterpret_cast<uint2 const*>(st + swz(r0, b * 32 + t * 8, kWBytes / 2));
-          uint2 const q1 = *reinterpret_cast<uint2 const*>(st + swz(r1, b * 32 + t * 8, kWBytes / 2));
-          a[0] = q0.x, a[1] = q1.x, a[2] = q0.y, a[3] = q1.y;
-        }
-        if constexpr (kHalfX && !kE2m1) {  // f16x2 pairs (8t + 2p, 8t + 2p + 1)
-          CUTLASS_PRAGMA_UNROLL
-          for (int h = 0; h < 2; ++h) {
-            ah[0 + h] = gemv_detail::e4m3x2_to_f16x2(a[h]);
-            ah[2 + h] = gemv_detail::e4m3x2_to_f16x2(a[h] >> 16);
-            ah[4 + h] = gemv_detail::e4m3x2_to_f16x2(a[2 + h]);
-            ah[6 + h] = gemv_detail::e4m3x2_to_f16x2(a[2 + h] >> 16);
-          }
-        }
+        if constexpr (kBf16X)
+          bf16_block(b, sw0, sw1);
+        else
+          mx_block(b, sw0, sw1);
+      };
+      if constexpr (kBlockUnroll == kBlocks) {
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < kNTiles; ++j) {
-          float temp[4];
-          if constexpr (kHalfX) {
-            // Two k16 f16 mmas: slots (2t, 2t+1 | 2t+8, 2t+9) hold K pairs (0 | 1), then (2 | 3).
-            uint4 const x = *reinterpret_cast<uint4 const*>(x16 + (8 * j + g) * kX16Row + (b * 32 + t * 8) * 2);
-            float const zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            gemv_detail::mma_f16(temp, ah[0], ah[1], ah[2], ah[3], x.x, x.y, zero);
-            gemv_detail::mma_f16(temp, ah[4], ah[5], ah[6], ah[7], x.z, x.w, temp);
-          } else {
-            uint2 const x = *reinterpret_cast<uint2 const*>(st + kWBytes + swz(8 * j + g, b * 32 + t * 8, kXBox));
-            gemv_detail::mma_e4m3(temp, a, x.x, x.y);
+        for (int b = 0; b < kBlocks; ++b) {
+          if constexpr (!decltype(whole)::value) {
+            if (b >= nb) break;
           }
-          float2 const sx = *reinterpret_cast<float2 const*>(xs + b * Tokens + 8 * j + 2 * t);
-          // C fragment: (row g, tokens 2t, 2t+1), (row g+8, the same tokens). The scale product
-          // first (activation x weight), as the wgmma MX mainloop does.
-          acc[j][0] = fmaf(temp[0], sx.x * sw0, acc[j][0]);
-          acc[j][1] = fmaf(temp[1], sx.y * sw0, acc[j][1]);
-          acc[j][2] = fmaf(temp[2], sx.x * sw1, acc[j][2]);
-          acc[j][3] = fmaf(temp[3], sx.y * sw1, acc[j][3]);
+          block(b);
+        }
+      } else {
+#pragma unroll(kBlockUnroll)
+        for (int b = 0; b < kBlocks; ++b) {
+          if constexpr (!decltype(whole)::value) {
+            if (b >= nb) break;
+          }
+          block(b);
         }
       }
     };
@@ -329,12 +388,12 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::consumer(
   }
 }
 
-template <class OperandW, class ElementD, int Tokens, int CtasPerSm>
-cudaError_t Sm90MxGemv<OperandW, ElementD, Tokens, CtasPerSm>::run(GemmArgs const& g, cudaStream_t stream) noexcept {
+template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm>
+cudaError_t Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>::run(GemmArgs const& g, cudaStream_t stream) noexcept {
   if (!can_implement(g)) return cudaErrorInvalidValue;
   Params params = make_params(g);
   if (!encode(params.w_map, g.a, g.m, kE2m1 ? g.k / 2 : g.k, g.lda, gemv_detail::kStripRows) ||
-      !encode(params.x_map, g.b, g.n, g.k, g.ldb, g.n))
+      !encode(params.x_map, g.b, g.n, int64_t(g.k) * kXElemBytes, g.ldb * kXElemBytes, g.n))
     return cudaErrorInvalidValue;
   void const* entry = reinterpret_cast<void const*>(&sm90_mx_gemv_kernel<Sm90MxGemv>);
   int device = 0;

@@ -1,0 +1,144 @@
+"""The weight-only MX decode GEMV on a GPU (issue 24): bf16 activations (M <= 64 tokens) x an
+MXFP8 or MXFP4 prepared weight, ``pg.mm(x, prepared_weight)``. Every test first asks the
+dispatcher which kernel runs (a decode GEMV, not the reference), then holds its NaN-poisoned
+output to float64 with the bound of the suite: within 2x the error of torch's own bf16 GEMM on
+the same (exactly dequantized) weight, plus a small floor."""
+
+import pytest
+import torch
+from conftest import E8M0, e8m0_scales, error_bound, mx_blocks, poisoned, randn, rel_err, rounding_err
+
+import persistent_gemm as pg
+
+pytestmark = [pytest.mark.gpu]
+
+CUDA = "cuda"
+#: fmt -> (dtype family of its kernels, quantizer, exact dequantizer)
+FMTS = {
+    "mxfp8": ("bf16xe4m3", pg.quantize_mxfp8, pg.dequantize_mxfp8),
+    "fp4": ("bf16xe2m1", pg.quantize_mxfp4, pg.dequantize_mxfp4),
+}
+
+
+def _problem(fmt, m, n, k, seed=0, center=127, spread=20):
+    """(x, prepared weight, the weight dequantized exactly as fp64, the fp64 product)."""
+    _, quantize, dequantize = FMTS[fmt]
+    wq, _ = quantize(randn(n, k, torch.float32, seed=seed + n, device=CUDA))
+    ws = e8m0_scales(n, mx_blocks(k), seed=seed + k, device=CUDA, center=center, spread=spread)
+    w = dequantize(wq, ws).double()
+    x = randn(m, k, torch.bfloat16, seed=seed + m, device=CUDA)
+    return x, pg.prepare_weight(wq, ws, fmt=fmt), w, x.double() @ w.t()
+
+
+def _gemv_runs(fmt, m, n, k, out="bf16"):
+    config = pg.explain(m, n, k, dtype=FMTS[fmt][0], out_dtype=out).config
+    assert "_gemv_" in config and FMTS[fmt][0] in config, f"expected the weight-only decode GEMV, got {config}"
+    return config
+
+
+@pytest.mark.parametrize("fmt", sorted(FMTS))
+@pytest.mark.parametrize("m", [1, 3, 8, 9, 16, 17, 32, 33, 64])
+@pytest.mark.parametrize("n,k", [(300, 992), (4096, 4096), (129, 2080)])
+def test_gemv_matches_float64(fmt, m, n, k):
+    _gemv_runs(fmt, m, n, k)
+    x, pw, w, ref = _problem(fmt, m, n, k)
+    out = poisoned(lambda: pg.mm(x, pw), m, n, torch.bfloat16)
+    # torch's peer: its bf16 GEMM on the weight in bf16 (exact: codes within 2^+-20 of 1).
+    wb = w.to(torch.bfloat16)
+    assert torch.equal(wb.double(), w), "the peer's weight must be exact in bf16"
+    peer = rel_err(x @ wb.t(), ref)
+    err, bound = rel_err(out, ref), error_bound(max(peer, rounding_err(ref, torch.bfloat16)))
+    assert err <= bound, f"{fmt} {m}x{n}x{k}: rel err {err:.3g} > {bound:.3g} (torch {peer:.3g})"
+
+
+@pytest.mark.parametrize("fmt", sorted(FMTS))
+def test_gemv_wide_scales_fp32_out_and_bias(fmt):
+    """e8m0 codes across 2^-126 .. 2^120 in one row, fp32 out (nothing rounds but the sums), a bias."""
+    m, n, k = 5, 257, 1024
+    _gemv_runs(fmt, m, n, k, out="fp32")
+    x, pw, w, ref = _problem(fmt, m, n, k, seed=7, center=4 + 116, spread=116)
+    bias = randn(1, n, torch.float32, seed=3, device=CUDA)[0]
+    ref = ref + bias.double()
+    assert torch.isfinite(ref.float()).all()
+    out = poisoned(lambda: pg.mm(x, pw, out_dtype=torch.float32, bias=bias), m, n, torch.float32)
+    err = rel_err(out, ref)
+    assert err <= 1e-6, f"rel err {err:.3g}: fp32 sums of exact products should be ~1e-7"
+
+
+@pytest.mark.parametrize("fmt", sorted(FMTS))
+def test_gemv_every_code(fmt):
+    """Every weight code (e4m3: all 254 finite bytes but zero; e2m1: all 15 nonzero nibbles,
+    0.5 -- a bf16 subnormal after bit placement -- included) at every K position of a block."""
+    n, k = 128, 512
+    if fmt == "mxfp8":
+        codes = torch.arange(1, 255, dtype=torch.int64)
+        codes = codes[(codes & 0x7F) != 0x7F]  # NaN bytes
+        vals = codes.repeat(n * k // codes.numel() + 1)[: n * k].reshape(n, k)
+        wq = vals.to(torch.uint8).view(torch.float8_e4m3fn).to(CUDA)
+    else:
+        nib = torch.tensor([c for c in range(16) if c not in (0, 8)], dtype=torch.int64)
+        vals = nib.repeat(n * k // nib.numel() + 1)[: n * k].reshape(n, k)
+        packed = (vals[:, 0::2] | (vals[:, 1::2] << 4)).to(torch.uint8)
+        wq = packed.view(torch.float4_e2m1fn_x2).to(CUDA)
+    ws = e8m0_scales(n, mx_blocks(k), seed=11, device=CUDA)
+    _, _, dequantize = FMTS[fmt]
+    w = dequantize(wq, ws).double()
+    for m in (1, 8, 40):
+        _gemv_runs(fmt, m, n, k, out="fp32")
+        x = randn(m, k, torch.bfloat16, seed=m, device=CUDA)
+        out = poisoned(lambda: pg.mm(x, pg.prepare_weight(wq, ws, fmt=fmt), out_dtype=torch.float32), m, n,
+                       torch.float32)
+        err = rel_err(out, x.double() @ w.t())
+        assert err <= 1e-6, f"m={m}: rel err {err:.3g}"
+
+
+@pytest.mark.parametrize("fmt", sorted(FMTS))
+def test_gemv_nan_scale_poisons_its_row_only(fmt):
+    m, n, k = 4, 384, 512
+    _, quantize, _ = FMTS[fmt]
+    wq, _ = quantize(randn(n, k, torch.float32, seed=9, device=CUDA))
+    scales = e8m0_scales(n, mx_blocks(k), seed=9, device=CUDA).view(torch.uint8).clone()
+    scales[200, 3] = 255  # NaN: output column 200, every token
+    pw = pg.prepare_weight(wq, scales.view(E8M0), fmt=fmt)
+    x = randn(m, k, torch.bfloat16, seed=4, device=CUDA)
+    out = pg.mm(x, pw).float()
+    assert torch.isnan(out[:, 200]).all()
+    keep = torch.ones(n, dtype=torch.bool, device=CUDA)
+    keep[200] = False
+    assert torch.isfinite(out[:, keep]).all()
+
+
+@pytest.mark.parametrize("fmt", sorted(FMTS))
+def test_gemv_is_deterministic_and_graph_capturable(fmt):
+    m, n, k = 8, 8192, 4096  # many strips shared by CTAs: the fixed-order reduction runs
+    _gemv_runs(fmt, m, n, k)
+    x, pw, _, _ = _problem(fmt, m, n, k, seed=2)
+    first = pg.mm(x, pw)
+    for _ in range(3):
+        assert torch.equal(pg.mm(x, pw), first)
+    g = torch.cuda.CUDAGraph()
+    static_out = None
+    with torch.cuda.graph(g):
+        static_out = pg.mm(x, pw)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out, first)
+
+
+def test_prefill_and_fp16_run_the_reference():
+    """No kernel for M > 64 or fp16 activations: explain says the reference runs, and it does."""
+    assert pg.explain(65, 4096, 4096, dtype="bf16xe2m1").config == "reference"
+    x, pw, w, ref = _problem("fp4", 65, 256, 512)
+    assert rel_err(pg.mm(x, pw), ref) <= error_bound(rounding_err(ref, torch.bfloat16))
+    xh, pwh, wh, _ = _problem("fp4", 8, 256, 512, center=119, spread=4)  # fp16's range
+    xh = xh.to(torch.float16)
+    ref_h = xh.double() @ wh.t()
+    out = pg.mm(xh, pwh)
+    assert out.dtype == torch.float16
+    assert rel_err(out, ref_h) <= error_bound(rounding_err(ref_h, torch.float16))
+
+
+def test_forced_config_names_its_limit():
+    x, pw, _, _ = _problem("mxfp8", 20, 256, 512)
+    with pytest.raises(ValueError, match="exceeds its 16 tokens"):
+        pg.mm(x, pw, config="sm90a_bf16xe4m3_128x16x256_c1x1_sw1_row_gemv_swapab")
