@@ -72,7 +72,7 @@ case "${1:-}" in
     # after `build` with PGEMM_KERNELS='e4m3xe2m1_128x128x128|mxfp8_128x128x128|bf16route|gemv|bf16_128x256',
     # the GPU tests of the fold route, the MX ops' new argument order, weight-only MX and the
     # self-check's two passes, then memcheck on the fold kernel. Logs under $OUT.
-    python3 -m pytest -q -p no:cacheprovider tests/test_gpu_weight_only_gemv.py tests/test_gpu_weight_only.py \
+    python3 -m pytest -q -p no:cacheprovider tests/test_gpu_weight_only_kernels.py tests/test_gpu_weight_only.py \
       tests/test_gpu_mx_route.py tests/test_gpu_mx.py tests/test_gpu_gemv.py tests/test_gpu_ops.py \
       tests/test_self_check.py 2>&1 | tee "$OUT/verify_tests.log" | tail -25
     for fam in fold bf16xe2m1 bf16xe4m3; do

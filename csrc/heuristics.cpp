@@ -180,7 +180,9 @@ Estimate estimate_bf16_route(Request const& r, KernelGeometry const& g, ArchCost
   e.mma_us *= kBf16RouteConvertSlowdown;
   // The GEMM's bound first, on its own DRAM traffic; the pre-pass runs before it, serially.
   double const gemm_us = std::max({e.mma_us, e.dram_us + kL2ShareOfDram * e.l2_us, e.l2_us}) + e.oob_us + c.launch_us;
-  double const prepass_dram_us = (double(r.n) * r.k * 3.0 + double(r.m + r.n) * cdiv(r.k, 32)) / c.dram_bytes_per_us;
+  // The activations read (e4m3, or bf16 for weight-only) and written as bf16, the scales read.
+  double const prepass_dram_us =
+      (double(r.n) * r.k * (bytes_of(r.b) + 2.0) + double(r.m + r.n) * cdiv(r.k, 32)) / c.dram_bytes_per_us;
   e.dram_us += prepass_dram_us;
   e.us = gemm_us + prepass_dram_us + kBf16RoutePrepassFixedUs + c.launch_us;
   return e;
@@ -195,7 +197,7 @@ Estimate estimate_gemv(Request const& r, KernelGeometry const& g, ArchCost const
   int64_t const workers = std::max<int64_t>(1, std::min<int64_t>(units, r.sm_count));
   e.waves = 1;
   e.tile_eff = double(r.n) / double(g.tile_n);
-  double const bytes = double(r.m) * row_bytes + double(r.m) * cdiv(r.k, 32) + double(r.n) * r.k * 1.0;
+  double const bytes = double(r.m) * row_bytes + double(r.m) * cdiv(r.k, 32) + double(r.n) * r.k * bytes_of(r.b);
   // Few units (a narrow weight) leave SMs idle: then one SM's inflow bounds the stream.
   e.dram_us = std::max(bytes / (c.dram_bytes_per_us * kGemvStreamShare), bytes / (workers * c.sm_load_bytes_per_us));
   double const mmas = double(cdiv(r.m, 16)) * cdiv(r.k, 32);  // per n8 token tile (all of the config's run)

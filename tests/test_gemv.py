@@ -140,10 +140,10 @@ def test_gemv_configs_share_one_tu_per_family_and_have_no_device_walk(tmp_path):
     tu = (tmp_path / "sm90a" / "sm90a_e4m3xe2m1_gemv.cu").read_text()
     assert tu.count("using Gemm = persistent_gemm::kernel::Sm90MxGemv<OperandW, OperandX, ElementD, kTokens>;") == 4 * 3
     assert "using OperandW = persistent_gemm::kernel::GemvWeightE2m1;" in tu
-    assert tu.count("using OperandX = persistent_gemm::kernel::GemvActE4m3;") == 4 * 3
+    assert tu.count("using OperandX = persistent_gemm::kernel::ActivationsE4m3;") == 4 * 3
     # weight-only: bf16 activations, D in bf16 or fp32 (fp16 activations run the reference)
     wo = (tmp_path / "sm90a" / "sm90a_bf16xe2m1_gemv.cu").read_text()
-    assert wo.count("using OperandX = persistent_gemm::kernel::GemvActBf16;") == 4 * 2
+    assert wo.count("using OperandX = persistent_gemm::kernel::ActivationsBf16;") == 4 * 2
     assert "using OperandW = persistent_gemm::kernel::GemvWeightE2m1;" in wo
     table = (tmp_path / "sm90a" / "kernel_table.cpp").read_text()
     assert "KernelStyle::Gemv" in table and "schedule_sm90a_mxfp8" not in table

@@ -68,7 +68,7 @@ SM90_ACCUMULATOR_REGISTER_BUDGET = 192
 MX_DTYPES: tuple[str, ...] = ("mxfp8", "e4m3xe2m1")
 #: Weight-only MX families (weight_only_mm): bf16 activations as the model has them x an MXFP8
 #: (e4m3) or MXFP4 (e2m1) weight with its e8m0 1x32 scales. Nothing is quantized at run time.
-#: Kernels: the decode GEMV (kernel="gemv", M <= 64).
+#: Kernels: the decode GEMV (kernel="gemv", M <= 64) and the bf16 route (route="bf16", prefill).
 WEIGHT_ONLY_DTYPES: tuple[str, ...] = ("bf16xe4m3", "bf16xe2m1")
 #: Families whose weight is e2m1 (two codes per byte: K-tiles and chunks count codes)
 E2M1_DTYPES: tuple[str, ...] = ("e4m3xe2m1", "bf16xe2m1")
@@ -162,8 +162,9 @@ class KernelConfig:
             return f"accum must be one of {ACCUMS}, got {self.accum!r}"
         if self.route not in MX_ROUTES:
             return f"route must be one of {MX_ROUTES}, got {self.route!r}"
-        if self.route != "promote" and self.dtype not in MX_DTYPES:
-            return f"route={self.route!r} is an MX mainloop option ({', '.join(MX_DTYPES)}), not {self.dtype}"
+        if self.route != "promote" and self.dtype not in MX_DTYPES + WEIGHT_ONLY_DTYPES:
+            return (f"route={self.route!r} is an MX mainloop option ({', '.join(MX_DTYPES + WEIGHT_ONLY_DTYPES)}), "
+                    f"not {self.dtype}")
         if self.route == "fold" and self.dtype != "e4m3xe2m1":
             return f"route='fold' folds e2m1 weights into e4m3 (e4m3xe2m1), not {self.dtype}"
         if self.route != "promote" and self.arch != "sm90a":
@@ -179,9 +180,9 @@ class KernelConfig:
             return f"tile must be (tile_m, tile_n, tile_k), got {self.tile}"
         if self.kernel == "gemv":
             return self._gemv_rejection()
-        if self.dtype in WEIGHT_ONLY_DTYPES:
-            return (f"{self.dtype} (weight-only MX) has the decode kernel only: kernel='gemv' (M <= 64); larger M "
-                    f"runs the op's reference")
+        if self.dtype in WEIGHT_ONLY_DTYPES and self.route != "bf16":
+            return (f"{self.dtype} (weight-only MX) kernels are the decode GEMV (kernel='gemv') and the bf16 route "
+                    f"(route='bf16', sm90a)")
         tm, tn, tk = self.tile
         if self.stages is not None and not 2 <= self.stages <= 12:
             return f"stages must be None (auto) or in [2, 12], got {self.stages}"
@@ -512,8 +513,11 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     # tokens: M <= 8 runs one n8 MMA tile). Both families' configs are one translation unit each.
     *(_cfg((GEMV_STRIP_ROWS, t, GEMV_CHUNK_BYTES * w), 1, (1, 1), kernel="gemv", dtype=d, swap_ab=True)
       for d, w in (("mxfp8", 1), ("e4m3xe2m1", 2)) for t in GEMV_TOKENS),
-    # Weight-only MX decode (weight_only_mm, M <= 64): the same GEMV with bf16 activations read
-    # as they are; the weight's e4m3 / e2m1 bytes become bf16 in registers.
+    # Weight-only MX (weight_only_mm): prefill on the bf16 route, whose pre-pass only copies the
+    # bf16 activations into the mainloop's K order, and decode (M <= 64) on the GEMV with bf16
+    # activations read as they are; the weight's e4m3 / e2m1 bytes become bf16 in registers.
+    *(_cfg(tile, 8, (1, 1), kernel=style, dtype=d, swap_ab=True, route="bf16")
+      for d in WEIGHT_ONLY_DTYPES for tile, style in (((128, 256, 64), "cooperative"), ((64, 128, 64), "pingpong"))),
     *(_cfg((GEMV_STRIP_ROWS, t, GEMV_CHUNK_BYTES * w), 1, (1, 1), kernel="gemv", dtype=d, swap_ab=True)
       for d, w in (("bf16xe4m3", 1), ("bf16xe2m1", 2)) for t in GEMV_TOKENS),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a"),

@@ -162,7 +162,8 @@ using ClusterShape = ${cluster_shape};
 using ScheduleTag = ${schedule_tag};
 using KernelStyle = ${kernel_style};
 constexpr int kStages = ${stages};  // 0: fill the shared memory
-using Gemm = ${builder}<OperandX, ElementD, TileShape, ClusterShape, ScheduleTag, KernelStyle, kStages>;
+using OperandA = ${activation};  // the activations: e4m3 + e8m0 scales, or bf16 (weight-only)
+using Gemm = ${builder}<OperandX, ElementD, TileShape, ClusterShape, ScheduleTag, KernelStyle, kStages, OperandA>;
 }  // namespace k_${ident}
 ${entry_points}"""
 )
@@ -200,7 +201,7 @@ ${kernels}}  // namespace persistent_gemm::gen
 _GEMV_KERNEL = Template(
     """namespace k_${ident} {  // ${name}, variant ${suffix}
 using OperandW = ${gemv_weight};  // the weight's bytes
-using OperandX = ${gemv_activation};  // the activations' element (and whether they carry scales)
+using OperandX = ${activation};  // the activations' element (and whether they carry scales)
 using ElementD = ${d_type};
 constexpr int kTokens = ${tile_n};  // tokens per launch: whole n8 MMA tiles
 using Gemm = ${builder}<OperandW, OperandX, ElementD, kTokens>;
@@ -329,7 +330,7 @@ def gemv_tu(arch: str, family: str, kernels: Sequence[tuple[KernelConfig, Varian
     entry = entry or _ENTRY_POINTS
     body = "".join(_GEMV_KERNEL.substitute(
         c.template_args(), suffix=v.suffix, ident=ident(f"{c.name}__{v.suffix}"), gemv_weight=low.gemv_weight,
-        gemv_activation=low.gemv_activation, d_type=ELEMENTS[v.out].cpp, builder=GEMV_BUILDER,
+        activation=low.activation, d_type=ELEMENTS[v.out].cpp, builder=GEMV_BUILDER,
         entry_points=entry.substitute(ident=ident(f"{c.name}__{v.suffix}"))) for c, v in kernels)
     return _GEMV_TU.substitute(arch=arch, family=family, header=GEMV_HEADER, kernels=body)
 
@@ -345,7 +346,7 @@ def route_tu(config: KernelConfig, chosen: Sequence[Variant], entry: Template = 
         kernel, builder, header, operand_x = Template(_MX_KERNEL), low.builder, low.header, FOLD_OPERAND_X
     body = "".join(kernel.substitute(
         ta, suffix=v.suffix, ident=ident(f"{config.name}__{v.suffix}"), builder=builder,
-        operand_x=operand_x, d_type=ELEMENTS[v.out].cpp,
+        operand_x=operand_x, d_type=ELEMENTS[v.out].cpp, activation=low.activation,
         x_role="the weight's e2m1 bytes, converted to e4m3 with its scale folded (swap-AB; D written transposed)",
         entry_points=entry.substitute(ident=ident(f"{config.name}__{v.suffix}")))
         for v in chosen)

@@ -111,8 +111,9 @@ class Lowering:
     #: The MX decode kernel (Sm90MxGemv, kernel style "gemv"): the C++ tag of the weight's bytes;
     #: None where the family has none
     gemv_weight: Optional[str] = None
-    #: ... and of its activations: e4m3 with e8m0 scales (the MX ops), or bf16 (weight-only)
-    gemv_activation: str = "persistent_gemm::kernel::GemvActE4m3"
+    #: The swap-AB MX kernels' (decode GEMV, bf16 route) activation tag: e4m3 with e8m0 scales
+    #: (the MX ops), or bf16 (weight-only; kernel/activation_tags.hpp)
+    activation: str = "persistent_gemm::kernel::ActivationsE4m3"
     #: which kernel translation-unit template codegen fills: "gemm" (Sm90Gemm / Sm100Gemm),
     #: "sm90_mx" (Sm90MxGemm), "sm100_mx" (Sm100MxGemm), "gemv" (Sm90MxGemv only)
     tu: str = "gemm"
@@ -149,7 +150,8 @@ GEMV_HEADER = "sm90_mx_gemv"
 GEMV_BUILDER = "persistent_gemm::kernel::Sm90MxGemv"
 GEMV_VARIANTS = tuple(Variant(True, True, d, "block", False) for d in ("bf16", "fp16", "fp32"))
 
-# Weight-only MX (bf16 activations): the decode GEMV only, D in the activations' dtype or fp32.
+# Weight-only MX (bf16 activations): the decode GEMV and the bf16 route (BF16_ROUTE_VARIANTS),
+# D in the activations' dtype or fp32.
 WEIGHT_ONLY_GEMV_VARIANTS = tuple(Variant(True, True, d, "block", False) for d in ("bf16", "fp32"))
 _SM90_WEIGHT_ONLY = dict(builder=GEMV_BUILDER, header=GEMV_HEADER, block_scale="e8m0", tu="gemv",
                          primary=WEIGHT_ONLY_GEMV_VARIANTS, tuned=WEIGHT_ONLY_GEMV_VARIANTS)
@@ -170,10 +172,12 @@ LOWERINGS: dict[tuple[str, str], Lowering] = {(r.arch, r.family): r for r in (
     Lowering("sm90a", "e4m3xe2m1", "e4m3", "e2m1", operand_x="persistent_gemm::collective::MxOperandE2m1",
              gemv_weight="persistent_gemm::kernel::GemvWeightE2m1", **_SM90_MX),
     # Weight-only MX: the decode GEMV with bf16 activations (no activation scales); bf16 or fp32 D.
-    Lowering("sm90a", "bf16xe4m3", "bf16", "e4m3", gemv_weight="persistent_gemm::kernel::GemvWeightE4m3",
-             gemv_activation="persistent_gemm::kernel::GemvActBf16", **_SM90_WEIGHT_ONLY),
-    Lowering("sm90a", "bf16xe2m1", "bf16", "e2m1", gemv_weight="persistent_gemm::kernel::GemvWeightE2m1",
-             gemv_activation="persistent_gemm::kernel::GemvActBf16", **_SM90_WEIGHT_ONLY),
+    Lowering("sm90a", "bf16xe4m3", "bf16", "e4m3", operand_x="persistent_gemm::collective::MxOperandE4m3",
+             gemv_weight="persistent_gemm::kernel::GemvWeightE4m3",
+             activation="persistent_gemm::kernel::ActivationsBf16", **_SM90_WEIGHT_ONLY),
+    Lowering("sm90a", "bf16xe2m1", "bf16", "e2m1", operand_x="persistent_gemm::collective::MxOperandE2m1",
+             gemv_weight="persistent_gemm::kernel::GemvWeightE2m1",
+             activation="persistent_gemm::kernel::ActivationsBf16", **_SM90_WEIGHT_ONLY),
     Lowering("sm90a", "bf16", "bf16", "bf16", **_SM90, **_sixteen_bit_sm90("bf16")),
     Lowering("sm90a", "fp16", "fp16", "fp16", **_SM90, **_sixteen_bit_sm90("fp16")),
     Lowering("sm90a", "e4m3", "e4m3", "e4m3", **_SM90,

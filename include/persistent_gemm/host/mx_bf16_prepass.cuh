@@ -11,6 +11,8 @@
 //                     fragment expects (mx_detail::bf16_route_source), zero past K. Exact unless
 //                     a token's codes span more than 124 binades (then its smallest blocks meet
 //                     bf16's subnormals, as they would fp32's in any fp32 accumulation).
+//                     bf16 activations (weight-only, a_bf16): reference 1.0, the values copied
+//                     into the same K order, exactly.
 // mx_dequantize_bf16: e4m3 or packed e2m1 rows times 2^(e - 127) as bf16 in natural order: the
 //   "dequantize, then torch.mm" baseline the benchmark measures the fused route against.
 #pragma once
@@ -93,7 +95,8 @@ struct MxBf16PrepassJob {
   int64_t w_scale_ld = 0;
   int32_t w_rows = 0;
   float* w_ref = nullptr;            // round_up(w_rows, 128) floats
-  const uint8_t* a = nullptr;        // (a_rows, K) e4m3, row stride lda bytes
+  const uint8_t* a = nullptr;        // (a_rows, K) e4m3, row stride lda bytes; or bf16 (a_bf16), lda elements
+  bool a_bf16 = false;               // the activations are bf16 without scales (a_scale unused)
   int64_t lda = 0;
   const uint8_t* a_scale = nullptr;
   int64_t a_scale_ld = 0;
@@ -143,6 +146,31 @@ inline __device__ void weight_band(MxBf16PrepassJob const& job, int band, int k_
 // One warp: token `row`'s reference (every warp of the row recomputes it from the row's codes,
 // a few hundred bytes from L2), then its chunk of 32 blocks, a block per lane: 32 e4m3 bytes in,
 // 64 bf16 bytes out, in the mainloop's fragment order (mx_detail::bf16_route_source).
+// A warp: token `row`'s bf16 chunk of 32 blocks (weight-only), a block per lane, copied into the
+// mainloop's fragment order; the token's reference is 1.
+inline __device__ void bf16_activation_chunk(MxBf16PrepassJob const& job, int64_t row, int chunk, int k_blocks) {
+  int const lane = threadIdx.x % 32;
+  if (chunk == 0 && lane == 0) job.a_ref[row] = 1.0f;
+  int const b = chunk * kChunkBlocks + lane;
+  if (b >= k_blocks) return;
+  int const k0 = b * mx::kBlockK;
+  auto const* a = reinterpret_cast<__nv_bfloat16 const*>(job.a) + row * job.lda + k0;
+  alignas(16) uint16_t v[mx::kBlockK];
+  if ((reinterpret_cast<uintptr_t>(a) % 16) == 0 && k0 + mx::kBlockK <= job.k) {
+#pragma unroll
+    for (int i = 0; i < mx::kBlockK / 8; ++i) reinterpret_cast<uint4*>(v)[i] = reinterpret_cast<uint4 const*>(a)[i];
+  } else {
+#pragma unroll
+    for (int i = 0; i < mx::kBlockK; ++i) v[i] = k0 + i < job.k ? reinterpret_cast<uint16_t const*>(a)[i] : uint16_t(0);
+  }
+  alignas(16) uint16_t out[mx::kBlockK];
+#pragma unroll
+  for (int p = 0; p < mx::kBlockK; ++p) out[p] = v[mx::bf16_route_source(p)];
+  __nv_bfloat16* y = job.y + row * job.ldy + int64_t(b) * mx::kBlockK;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) reinterpret_cast<uint4*>(y)[i] = reinterpret_cast<uint4 const*>(out)[i];
+}
+
 inline __device__ void activation_chunk(MxBf16PrepassJob const& job, int64_t row, int chunk, int k_blocks, int atom_cols) {
   int const lane = threadIdx.x % 32;
   ScaleView const s{job.a_scale, job.a_scale_ld, atom_cols};
@@ -195,7 +223,10 @@ static __global__ void __launch_bounds__(kThreads) mx_bf16_prepass_kernel(MxBf16
   }
   int64_t const g = (int64_t(blockIdx.x) - w_bands) * kWarps + threadIdx.x / 32;
   if (g >= int64_t(job.a_rows) * chunks) return;
-  activation_chunk(job, g / chunks, int(g % chunks), k_blocks, atom_cols);
+  if (job.a_bf16)
+    bf16_activation_chunk(job, g / chunks, int(g % chunks), k_blocks);
+  else
+    activation_chunk(job, g / chunks, int(g % chunks), k_blocks, atom_cols);
 }
 
 // rows x K values (e4m3: K bytes per row; e2m1: K/2 bytes, code 2i in the low nibble of byte

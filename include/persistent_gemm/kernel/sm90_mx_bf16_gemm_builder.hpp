@@ -1,13 +1,15 @@
 // Type builder + host runner for the SM90 MX bf16 route (collective/sm90_mx_bf16_mma.hpp):
-// mxfp8_mm and fp8_fp4_mm with both block scales folded into bf16 operands, no promotion.
+// mxfp8_mm and fp8_fp4_mm with both block scales folded into bf16 operands, no promotion; and
+// weight_only_mm, whose bf16 activations need no folding.
 //
 //   persistent_gemm::kernel::Sm90MxBf16Gemm<OperandX, ElementD, TileShape, ClusterShape,
-//       ScheduleTag, Style, Stages>::run(GemmArgs const&, stream)
+//       ScheduleTag, Style, Stages, OperandA>::run(GemmArgs const&, stream)
 //
 // Always swap-AB: GemmArgs' a/m are the weight (X, K-major MX bytes, blocked scales) and b/n
-// the activations (e4m3, K-major; scales blocked, or plain rows when ld_scale_b > 0); D is
-// written transposed. run() is two launches on `stream`: the pre-pass (host/mx_bf16_prepass.cuh:
-// row references and the bf16 activations, into GemmArgs::workspace) and the GEMM.
+// the activations (OperandA: e4m3, K-major, scales blocked or plain rows when ld_scale_b > 0;
+// or bf16, K-major, ldb in elements, no scales); D is written transposed. run() is two launches
+// on `stream`: the pre-pass (host/mx_bf16_prepass.cuh: row references and the activations as
+// bf16 in the mainloop's K order, into GemmArgs::workspace) and the GEMM.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,7 @@
 #include "persistent_gemm/collective/sm90_mx_bf16_mma.hpp"
 #include "persistent_gemm/epilogue/sm90_predicated_epilogue.hpp"
 #include "persistent_gemm/host/mx_bf16_prepass.cuh"
+#include "persistent_gemm/kernel/activation_tags.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
 #include "persistent_gemm/kernel/sm90_mx_gemm_builder.hpp"  // sm90_mx_detail's shared-memory budget
@@ -67,10 +70,12 @@ inline Workspace carve(GemmArgs const& g) {
 }  // namespace sm90_mx_bf16_detail
 
 template <class OperandX, class ElementD, class TileShape, class ClusterShape, class ScheduleTag, class Style,
-          int Stages>
+          int Stages, class OperandA = ActivationsE4m3>
 struct Sm90MxBf16Gemm {
   static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static constexpr bool kE2m1 = std::is_same_v<OperandX, collective::MxOperandE2m1>;
+  static constexpr bool kBf16A = std::is_same_v<OperandA, ActivationsBf16>;
+  static_assert(kBf16A || std::is_same_v<OperandA, ActivationsE4m3>, "OperandA: ActivationsE4m3 or ActivationsBf16");
   static_assert(ScheduleTag::SplitK == 1, "the MX bf16 route has no split-K (its K loop is the whole K)");
   static constexpr int kStages = Stages > 0 ? Stages : sm90_mx_bf16_detail::auto_stages<OperandX, TileShape>();
 
@@ -98,7 +103,7 @@ struct Sm90MxBf16Gemm {
   // copies of its atoms), K % 32 for packed e2m1 rows, D's extent, the workspace.
   static bool can_implement(GemmArgs const& g) {
     if (g.m < 1 || g.n < 1 || g.k < 1 || g.scale_mode != ScaleMode::Block32) return false;
-    if (!g.a || !g.b || !g.d || !g.scale_a || !g.scale_b || g.ld_scale_a != 0) return false;
+    if (!g.a || !g.b || !g.d || !g.scale_a || (!kBf16A && !g.scale_b) || g.ld_scale_a != 0) return false;
     if (!aligned16(g.a) || !aligned16(g.scale_a)) return false;
     int64_t const x_bytes = kE2m1 ? g.k / 2 : g.k;
     if (kE2m1 && g.k % 32) return false;
@@ -120,8 +125,9 @@ struct Sm90MxBf16Gemm {
     job.w_rows = g.m;
     job.w_ref = w.w_ref;
     job.a = static_cast<uint8_t const*>(g.b);
+    job.a_bf16 = kBf16A;
     job.lda = g.ldb;
-    job.a_scale = static_cast<uint8_t const*>(g.scale_b);
+    job.a_scale = kBf16A ? nullptr : static_cast<uint8_t const*>(g.scale_b);
     job.a_scale_ld = g.ld_scale_b;
     job.a_rows = g.n;
     job.a_ref = w.a_ref;

@@ -45,6 +45,7 @@
 #include "cutlass/numeric_types.h"
 
 #include "persistent_gemm/collective/mx_block_scales.hpp"
+#include "persistent_gemm/kernel/activation_tags.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/split_nonce.hpp"
 #include "persistent_gemm/registry.h"
@@ -59,10 +60,6 @@ struct Gemv {};
 // Weight operand tags of the decode kernel (what the weight's bytes are).
 struct GemvWeightE4m3 {};
 struct GemvWeightE2m1 {};
-// Activation operand tags: e4m3 with e8m0 1x32 scales (mxfp8_mm, fp8_fp4_mm), or bf16 as the
-// model has them (weight_only_mm: no activation scales, nothing quantized).
-struct GemvActE4m3 {};
-struct GemvActBf16 {};
 
 namespace gemv_detail {
 
@@ -221,8 +218,8 @@ template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPe
 struct Sm90MxGemv {
   static constexpr bool kE2m1 = std::is_same_v<OperandW, GemvWeightE2m1>;
   static_assert(kE2m1 || std::is_same_v<OperandW, GemvWeightE4m3>, "OperandW: GemvWeightE4m3 or GemvWeightE2m1");
-  static constexpr bool kBf16X = std::is_same_v<OperandX, GemvActBf16>;
-  static_assert(kBf16X || std::is_same_v<OperandX, GemvActE4m3>, "OperandX: GemvActE4m3 or GemvActBf16");
+  static constexpr bool kBf16X = std::is_same_v<OperandX, ActivationsBf16>;
+  static_assert(kBf16X || std::is_same_v<OperandX, ActivationsE4m3>, "OperandX: ActivationsE4m3 or ActivationsBf16 (activation_tags.hpp)");
   static constexpr int kXElemBytes = kBf16X ? 2 : 1;
   static_assert(Tokens == 8 || Tokens == 16 || Tokens == 32 || Tokens == 64,
                 "MX decode kernel: Tokens must be 8, 16, 32 or 64 (whole n8 MMA tiles, at most 8)");

@@ -1,8 +1,8 @@
-"""The weight-only MX decode GEMV on a GPU (issue 24): bf16 activations (M <= 64 tokens) x an
-MXFP8 or MXFP4 prepared weight, ``pg.mm(x, prepared_weight)``. Every test first asks the
-dispatcher which kernel runs (a decode GEMV, not the reference), then holds its NaN-poisoned
-output to float64 with the bound of the suite: within 2x the error of torch's own bf16 GEMM on
-the same (exactly dequantized) weight, plus a small floor."""
+"""The weight-only MX kernels on a GPU (issue 24): bf16 activations x an MXFP8 or MXFP4 prepared
+weight, ``pg.mm(x, prepared_weight)``: the decode GEMV (M <= 64 tokens) and the bf16 route
+(prefill). Every test first asks the dispatcher which kernel runs (not the reference), then
+holds its NaN-poisoned output to float64 with the bound of the suite: within 2x the error of
+torch's own bf16 GEMM on the same (exactly dequantized) weight, plus a small floor."""
 
 import pytest
 import torch
@@ -30,19 +30,22 @@ def _problem(fmt, m, n, k, seed=0, center=127, spread=20):
     return x, pg.prepare_weight(wq, ws, fmt=fmt), w, x.double() @ w.t()
 
 
-def _gemv_runs(fmt, m, n, k, out="bf16"):
+def _kernel_runs(fmt, m, n, k, out="bf16"):
+    """The dispatcher's pick for this problem is a weight-only kernel, not the reference."""
     config = pg.explain(m, n, k, dtype=FMTS[fmt][0], out_dtype=out).config
-    assert "_gemv_" in config and FMTS[fmt][0] in config, f"expected the weight-only decode GEMV, got {config}"
+    assert FMTS[fmt][0] in config and ("_gemv_" in config or "_bf16route" in config), config
     return config
 
 
-@pytest.mark.parametrize("fmt", sorted(FMTS))
-@pytest.mark.parametrize("m", [1, 3, 8, 9, 16, 17, 32, 33, 64])
-@pytest.mark.parametrize("n,k", [(300, 992), (4096, 4096), (129, 2080)])
-def test_gemv_matches_float64(fmt, m, n, k):
-    _gemv_runs(fmt, m, n, k)
-    x, pw, w, ref = _problem(fmt, m, n, k)
-    out = poisoned(lambda: pg.mm(x, pw), m, n, torch.bfloat16)
+def _gemv(fmt, m):
+    """The decode GEMV of the smallest token tile holding m tokens."""
+    t = next(t for t in (8, 16, 32, 64) if t >= m)
+    return f"sm90a_{FMTS[fmt][0]}_128x{t}x{512 if fmt == 'fp4' else 256}_c1x1_sw1_row_gemv_swapab"
+
+
+def _check_against_torch(fmt, m, n, k, seed=0, config=None):
+    x, pw, w, ref = _problem(fmt, m, n, k, seed=seed)
+    out = poisoned(lambda: pg.mm(x, pw, config=config), m, n, torch.bfloat16)
     # torch's peer: its bf16 GEMM on the weight in bf16 (exact: codes within 2^+-20 of 1).
     wb = w.to(torch.bfloat16)
     assert torch.equal(wb.double(), w), "the peer's weight must be exact in bf16"
@@ -52,15 +55,46 @@ def test_gemv_matches_float64(fmt, m, n, k):
 
 
 @pytest.mark.parametrize("fmt", sorted(FMTS))
+@pytest.mark.parametrize("m", [1, 3, 8, 9, 16, 17, 32, 33, 64])
+@pytest.mark.parametrize("n,k", [(300, 992), (4096, 4096), (129, 2080)])
+def test_gemv_matches_float64(fmt, m, n, k):
+    _kernel_runs(fmt, m, n, k)
+    _check_against_torch(fmt, m, n, k, config=_gemv(fmt, m))
+
+
+@pytest.mark.parametrize("fmt", sorted(FMTS))
+@pytest.mark.parametrize("m,n,k", [(65, 300, 992), (200, 4096, 4096), (1024, 1000, 2080), (2048, 2048, 2048)])
+def test_bf16_route_matches_float64(fmt, m, n, k):
+    assert "_bf16route" in _kernel_runs(fmt, m, n, k)
+    _check_against_torch(fmt, m, n, k, seed=1)
+
+
+@pytest.mark.parametrize("fmt", sorted(FMTS))
+def test_bf16_route_forced_at_decode_and_unaligned_activations(fmt):
+    """The route forced at M = 3, and activations whose rows are not 16-byte aligned (the
+    pre-pass reads them with plain loads, element by element)."""
+    family = FMTS[fmt][0]
+    cfg = f"sm90a_{family}_64x128x64_c1x1_sw8_row_pp_swapab_bf16route"
+    x, pw, w, ref = _problem(fmt, 3, 384, 1056, seed=3)
+    out = poisoned(lambda: pg.mm(x, pw, config=cfg), 3, 384, torch.bfloat16)
+    assert rel_err(out, ref) <= error_bound(rounding_err(ref, torch.bfloat16))
+    wide = randn(7, 1056 + 1, torch.bfloat16, seed=4, device=CUDA)
+    xo = wide[:, 1:]  # rows 2 * 1057 bytes apart, base 2 bytes off
+    ref_o = xo.double() @ w.t()
+    out = poisoned(lambda: pg.mm(xo, pw, config=cfg), 7, 384, torch.bfloat16)
+    assert rel_err(out, ref_o) <= error_bound(rounding_err(ref_o, torch.bfloat16))
+
+
+@pytest.mark.parametrize("fmt", sorted(FMTS))
 def test_gemv_wide_scales_fp32_out_and_bias(fmt):
     """e8m0 codes across 2^-126 .. 2^120 in one row, fp32 out (nothing rounds but the sums), a bias."""
     m, n, k = 5, 257, 1024
-    _gemv_runs(fmt, m, n, k, out="fp32")
     x, pw, w, ref = _problem(fmt, m, n, k, seed=7, center=4 + 116, spread=116)
     bias = randn(1, n, torch.float32, seed=3, device=CUDA)[0]
     ref = ref + bias.double()
     assert torch.isfinite(ref.float()).all()
-    out = poisoned(lambda: pg.mm(x, pw, out_dtype=torch.float32, bias=bias), m, n, torch.float32)
+    out = poisoned(lambda: pg.mm(x, pw, out_dtype=torch.float32, bias=bias, config=_gemv(fmt, m)), m, n,
+                   torch.float32)
     err = rel_err(out, ref)
     assert err <= 1e-6, f"rel err {err:.3g}: fp32 sums of exact products should be ~1e-7"
 
@@ -84,10 +118,9 @@ def test_gemv_every_code(fmt):
     _, _, dequantize = FMTS[fmt]
     w = dequantize(wq, ws).double()
     for m in (1, 8, 40):
-        _gemv_runs(fmt, m, n, k, out="fp32")
         x = randn(m, k, torch.bfloat16, seed=m, device=CUDA)
-        out = poisoned(lambda: pg.mm(x, pg.prepare_weight(wq, ws, fmt=fmt), out_dtype=torch.float32), m, n,
-                       torch.float32)
+        pw = pg.prepare_weight(wq, ws, fmt=fmt)
+        out = poisoned(lambda: pg.mm(x, pw, out_dtype=torch.float32, config=_gemv(fmt, m)), m, n, torch.float32)
         err = rel_err(out, x.double() @ w.t())
         assert err <= 1e-6, f"m={m}: rel err {err:.3g}"
 
@@ -101,7 +134,7 @@ def test_gemv_nan_scale_poisons_its_row_only(fmt):
     scales[200, 3] = 255  # NaN: output column 200, every token
     pw = pg.prepare_weight(wq, scales.view(E8M0), fmt=fmt)
     x = randn(m, k, torch.bfloat16, seed=4, device=CUDA)
-    out = pg.mm(x, pw).float()
+    out = pg.mm(x, pw, config=_gemv(fmt, m)).float()
     assert torch.isnan(out[:, 200]).all()
     keep = torch.ones(n, dtype=torch.bool, device=CUDA)
     keep[200] = False
@@ -111,25 +144,21 @@ def test_gemv_nan_scale_poisons_its_row_only(fmt):
 @pytest.mark.parametrize("fmt", sorted(FMTS))
 def test_gemv_is_deterministic_and_graph_capturable(fmt):
     m, n, k = 8, 8192, 4096  # many strips shared by CTAs: the fixed-order reduction runs
-    _gemv_runs(fmt, m, n, k)
     x, pw, _, _ = _problem(fmt, m, n, k, seed=2)
-    first = pg.mm(x, pw)
+    first = pg.mm(x, pw, config=_gemv(fmt, m))
     for _ in range(3):
-        assert torch.equal(pg.mm(x, pw), first)
+        assert torch.equal(pg.mm(x, pw, config=_gemv(fmt, m)), first)
     g = torch.cuda.CUDAGraph()
     static_out = None
     with torch.cuda.graph(g):
-        static_out = pg.mm(x, pw)
+        static_out = pg.mm(x, pw, config=_gemv(fmt, m))
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(static_out, first)
 
 
-def test_prefill_and_fp16_run_the_reference():
-    """No kernel for M > 64 or fp16 activations: explain says the reference runs, and it does."""
-    assert pg.explain(65, 4096, 4096, dtype="bf16xe2m1").config == "reference"
-    x, pw, w, ref = _problem("fp4", 65, 256, 512)
-    assert rel_err(pg.mm(x, pw), ref) <= error_bound(rounding_err(ref, torch.bfloat16))
+def test_fp16_runs_the_reference():
+    """No kernel takes fp16 activations (bf16 cannot hold them exactly): the reference runs."""
     xh, pwh, wh, _ = _problem("fp4", 8, 256, 512, center=119, spread=4)  # fp16's range
     xh = xh.to(torch.float16)
     ref_h = xh.double() @ wh.t()
