@@ -24,7 +24,7 @@ import pytest
 from test_mx_host_layout import build_host_program
 
 from persistent_gemm import archs, build_flags, codegen
-from persistent_gemm.catalogue import CATALOGUE
+from persistent_gemm.catalogue import CATALOGUE, E2M1_DTYPES
 from persistent_gemm.library import ELEMENTS, lowering
 
 _ENTRY = Template("bool can_${ident}(persistent_gemm::GemmArgs const& g) { return k_${ident}::Gemm::can_implement(g); }\n"
@@ -88,7 +88,9 @@ ${table}  };
         g.scale_a = reinterpret_cast<void const*>(uintptr_t(7) << 20);
         g.scale_b = reinterpret_cast<void const*>(uintptr_t(9) << 20);
       }
-      if (e.plain_b_scales) g.ld_scale_b = (K0 + 31) / 32;
+      // Weight-only MX (bf16 activations, swap-AB: the kernel's B) has no activation scales.
+      if (e.mx && e.b_bits == 16) g.scale_b = nullptr;
+      if (e.plain_b_scales && g.scale_b) g.ld_scale_b = (K0 + 31) / 32;
       g.sm_count = e.sm100 ? 148 : 132;
       size_t const ws = e.ws(g);
       if (ws) g.workspace = reinterpret_cast<void*>(uintptr_t(11) << 20), g.workspace_bytes = ws;
@@ -104,8 +106,8 @@ ${table}  };
 
 def _valid(cfg, m, n, k) -> bool:
     """Whether the op (and the dispatcher, for this forced config) accepts the shape at all."""
-    if cfg.dtype == "e4m3xe2m1" and k % 32:
-        return False  # fp8_fp4_mm's rule
+    if cfg.dtype in E2M1_DTYPES and k % 32:
+        return False  # fp8_fp4_mm's and weight_only_mm's rule for packed e2m1
     if cfg.kernel == "gemv":
         return m <= cfg.tile[1] and k % 32 == 0  # tokens on its n8 tiles; whole 1x32 blocks
     return True
@@ -135,7 +137,7 @@ def _probe_sources(arch: str) -> tuple[dict, list]:
             rows.append(f'    {{"{c.name}__{v.suffix}", &can_{kid}, &ws_{kid}, {a}, {b}, {ELEMENTS[v.out].bits // 8}, '
                         f"{str(v.a_k_major).lower()}, {str(v.b_k_major).lower()}, {str(v.tma_store).lower()}, "
                         f"{str(c.swap_ab).lower()}, {str(mx).lower()}, {str(plain).lower()}, "
-                        f"{str(arch == 'sm100a').lower()}, {str(c.dtype == 'e4m3xe2m1').lower()}, "
+                        f"{str(arch == 'sm100a').lower()}, {str(c.dtype in E2M1_DTYPES).lower()}, "
                         f"persistent_gemm::ScaleMode::{scale}}},\n")
             names.append((c, v))
     # The TUs of one header open with the same #include and their own namespace blocks: they concatenate.
