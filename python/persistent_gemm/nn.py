@@ -20,8 +20,9 @@ mxfp4_weight_only  as fp8_fp4                   kept 16-bit (``weight_only_mm``)
 ========== ==================================== ============================================
 
 The weight-only formats (torchao's ``...WeightOnlyConfig`` idea; how MXFP4 checkpoints such as
-gpt-oss are served on Hopper) run the op's reference implementation until its fused kernels land
-(issue 24).
+gpt-oss are served on Hopper) run fused kernels for bf16 activations on sm90a: the decode GEMV
+(up to 64 tokens) and the bf16 route (prefill); nothing is quantized at run time. fp16
+activations run the op's exact reference (bf16 cannot hold them).
 
 Inputs may have any leading dims (``(..., in_features)``). The output has the input's dtype
 (bf16, fp16 or fp32: an fp16 model stays fp16 after the swap), computed in the layer's compute
@@ -54,8 +55,8 @@ FORMATS = ("bf16", "fp8_rowwise", "mxfp8", "fp8_fp4", "mxfp8_weight_only", "mxfp
 _WEIGHT_ONLY = {"mxfp8_weight_only": "mxfp8", "mxfp4_weight_only": "fp8_fp4"}
 #: format -> (the op it calls, its kernels' dtype family) for a forced config
 _FORMAT_OP = {"bf16": ("mm", "bf16"), "fp8_rowwise": ("scaled_mm", "e4m3"), "mxfp8": ("mxfp8_mm", "mxfp8"),
-              "fp8_fp4": ("fp8_fp4_mm", "e4m3xe2m1"), "mxfp8_weight_only": ("weight_only_mm", "mxfp8"),
-              "mxfp4_weight_only": ("weight_only_mm", "e4m3xe2m1")}
+              "fp8_fp4": ("fp8_fp4_mm", "e4m3xe2m1"), "mxfp8_weight_only": ("weight_only_mm", "bf16xe4m3"),
+              "mxfp4_weight_only": ("weight_only_mm", "bf16xe2m1")}
 _E4M3_MAX = 448.0
 #: float32 amax floor of the rowwise scales, so an all-zero row gets a finite scale.
 _TINY = 1e-12
@@ -213,7 +214,7 @@ class Linear(torch.nn.Module):
         # A forced config goes through the ops' own resolution, which JIT-compiles a valid spec at
         # its first eager use (a bare name passed to torch.ops would only be looked up).
         config = None
-        if q.config is not None and q.format not in _WEIGHT_ONLY:  # (no weight-only kernel to force yet)
+        if q.config is not None:
             from ._ops import _config
 
             op_name, family = _FORMAT_OP[q.format]
@@ -228,7 +229,7 @@ class Linear(torch.nn.Module):
                                       q.use_fast_accum, config, bias)
         elif q.format in _WEIGHT_ONLY:
             y = ops.weight_only_mm.default(x2.to(compute), self.weight_q.t(), self.weight_scale, out_dtype, "blocked",
-                                           q.config, bias)
+                                           config, bias)
         else:
             xq, xs = quantize_mxfp8(x2, rule=q.rule)
             op = ops.mxfp8_mm if q.format == "mxfp8" else ops.fp8_fp4_mm
