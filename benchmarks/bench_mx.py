@@ -75,9 +75,17 @@ QUICK = {"square": [(8192, 8192, 8192)], "decode": [(1, 8192, 8192), (16, 8192, 
 PREFILL = {"square": [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
            "prefill": [(2048, 8192, 8192), (4096, 7168, 2048), (8192, 28672, 8192)],
            "mid": [(m, 8192, 8192) for m in (128, 256, 512)]}
-OPS = ("mxfp8_mm", "fp8_fp4_mm")
-EXPLAIN_DTYPE = {"mxfp8_mm": "mxfp8", "fp8_fp4_mm": "e4m3xe2m1"}
-PREPARE_FMT = {"mxfp8_mm": "mxfp8", "fp8_fp4_mm": "fp4"}
+#: The MX ops, and weight-only MX (weight_only_mm through pg.mm(x, prepared_weight): bf16
+#: activations as they come, nothing quantized per call) with an MXFP8 or MXFP4 weight.
+OPS = ("mxfp8_mm", "fp8_fp4_mm", "mxfp8_weight_only", "mxfp4_weight_only")
+#: --suite weight_only: issue 24's rows (decode targets, the M range where weight bytes dominate, prefill)
+WEIGHT_ONLY_SUITE = {"decode": [(1, 8192, 8192), (16, 8192, 8192), (1, 28672, 8192)],
+                     "mid": [(m, 8192, 8192) for m in (64, 128, 256, 512)],
+                     "square": [(2048, 2048, 2048), (8192, 8192, 8192)], "prefill": [(8192, 28672, 8192)]}
+WEIGHT_ONLY = ("mxfp8_weight_only", "mxfp4_weight_only")
+EXPLAIN_DTYPE = {"mxfp8_mm": "mxfp8", "fp8_fp4_mm": "e4m3xe2m1", "mxfp8_weight_only": "bf16xe4m3",
+                 "mxfp4_weight_only": "bf16xe2m1"}
+PREPARE_FMT = {"mxfp8_mm": "mxfp8", "fp8_fp4_mm": "fp4", "mxfp8_weight_only": "mxfp8", "mxfp4_weight_only": "fp4"}
 DECODE_MAX_M = 128
 GRAPH_CALLS = 20
 HOST_CALLS = 100
@@ -217,6 +225,8 @@ def operands(op: str, m: int, n: int, k: int) -> dict:
     """One copy of every contender's operands, all holding the same values; checks the
     emulation's dequantization against pg.dequantize_* bit for bit."""
     g = torch.Generator(device="cuda").manual_seed(1234 + m + n + k)
+    if op in WEIGHT_ONLY:
+        return weight_only_operands(op, m, n, k, g)
     xq, xs = pg.quantize_mxfp8(torch.randn(m, k, device="cuda", generator=g))
     w = torch.randn(n, k, device="cuda", generator=g)
     fp4 = op == "fp8_fp4_mm"
@@ -236,8 +246,49 @@ def operands(op: str, m: int, n: int, k: int) -> dict:
     return dict(xq=xq, xs=xs, wq=wq, ws=ws, xb=xb, wb=wb, a8=a8, sa=sa, b8=b8, sb=sb.view(1, n), lut=lut)
 
 
+def weight_only_operands(op: str, m: int, n: int, k: int, g) -> dict:
+    """bf16 activations ("xq", with an empty "xs": no activation scales) and the MX weight."""
+    x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    fp4 = op == "mxfp4_weight_only"
+    wq, ws = (pg.quantize_mxfp4 if fp4 else pg.quantize_mxfp8)(torch.randn(n, k, device="cuda", generator=g))
+    wb = (pg.dequantize_mxfp4 if fp4 else pg.dequantize_mxfp8)(wq, ws).bfloat16()
+    lut = torch.tensor(E2M1_VALUES, dtype=torch.float32, device="cuda")
+    emu_w = dequant_mxfp4_bf16(wq, ws, lut) if fp4 else dequant_mxfp8_bf16(wq, ws)
+    if not torch.equal(emu_w, wb):
+        print("  MISMATCH: the emulation's dequantization differs from pg.dequantize_*", flush=True)
+    return dict(xq=x, xs=torch.empty(0, device="cuda"), wq=wq, ws=ws, wb=wb, lut=lut)
+
+
+def weight_only_contenders(op: str, humming) -> dict:
+    """Weight-only: ours (the prepared weight), torch.mm on the bf16 weight, our dequantize kernel
+    then torch.mm, torchao's way (dequantize in torch, then torch.mm), humming's bf16-activation
+    kernel."""
+    mx_w = lambda c: nbytes(c["wq"], c["ws"])
+    fp4 = op == "mxfp4_weight_only"
+
+    def ours(c):
+        pw = pg.prepare_weight(c["wq"], c["ws"], fmt=PREPARE_FMT[op])
+        return lambda: pg.mm(c["xq"], pw)
+
+    def emulation(c):
+        if fp4:
+            return lambda: torch.mm(c["xq"], dequant_mxfp4_bf16(c["wq"], c["ws"], c["lut"]).t())
+        return lambda: torch.mm(c["xq"], dequant_mxfp8_bf16(c["wq"], c["ws"]).t())
+
+    dq = torch.ops.persistent_gemm.dequantize_mx
+    out = {"ours": (ours, mx_w),
+           "dequant+mm": (lambda c: (lambda: torch.mm(c["xq"], dq(c["wq"], c["ws"]).t())), mx_w),
+           "emulation": (emulation, mx_w),
+           "torch.mm": (lambda c: (lambda: torch.mm(c["xq"], c["wb"].t())), lambda c: nbytes(c["wb"]))}
+    if humming is not None and hasattr(humming, "make_weight_only"):
+        out["humming"] = (lambda c: humming.make_weight_only(fp4, c["xq"], c["wq"], c["ws"]), mx_w)
+    return out
+
+
 def contenders(op: str, humming) -> dict:
     """label -> (make(copy) -> zero-arg callable, weight bytes of a copy)."""
+    if op in WEIGHT_ONLY:
+        return weight_only_contenders(op, humming)
     fn = getattr(pg, op)
     bf16 = torch.bfloat16
     mx_w = lambda c: nbytes(c["wq"], c["ws"])
@@ -397,7 +448,7 @@ def summary(rows: list[dict], bw: dict, gpu: str, args) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="benchmarks/results/h200_mx.csv", help="CSV path (<out>.md is written beside it)")
-    ap.add_argument("--suite", choices=["quick", "decode", "decode_min", "prefill", "full"], default="full")
+    ap.add_argument("--suite", choices=["quick", "decode", "decode_min", "prefill", "weight_only", "full"], default="full")
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, from {list(OPS)}")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=30)
@@ -425,7 +476,8 @@ def main() -> int:
     bw = bandwidth()
     print(f"bandwidth: copy {bw['copy_rw_gbps']:.0f} GB/s read+written ({bw['copy_read_gbps']:.0f} read side), "
           f"read-only sum {bw['sum_read_gbps']:.0f} GB/s", flush=True)
-    suite = {"full": SUITE, "decode": DECODE, "decode_min": DECODE_MIN, "prefill": PREFILL}.get(args.suite, QUICK)
+    suite = {"full": SUITE, "decode": DECODE, "decode_min": DECODE_MIN, "prefill": PREFILL,
+             "weight_only": WEIGHT_ONLY_SUITE}.get(args.suite, QUICK)
     rows = []
     for op in ops:
         for group, shapes in suite.items():

@@ -69,3 +69,24 @@ def make(op: str, xq: torch.Tensor, xs: torch.Tensor, wq: torch.Tensor, ws: torc
     layer.transform()
     a, a_scale = xq.contiguous(), _e8m0_to_float(xs).contiguous()
     return lambda: layer(a, input_scale=a_scale)
+
+
+def make_weight_only(fp4: bool, x: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor):
+    """A zero-argument callable computing ``x @ dequant(wq, ws).T`` as (M, N) bf16 with humming's
+    bf16-activation kernel (no ``input_config``: the activations stay bf16). Operands as in
+    :func:`make`; ``x`` (M, K) bf16."""
+    from humming.layer import HummingLayer
+
+    n, k = wq.shape[0], x.shape[1]
+    layer = HummingLayer(
+        shape_n=n,
+        shape_k=k,
+        weight_config={"quant_method": "humming", "dtype": "float4e2m1" if fp4 else "float8e4m3",
+                       "scale_dtype": "float8e8m0", "group_size": 32},
+        torch_dtype=torch.bfloat16,
+    ).cuda()
+    layer.load_from_tensors({"weight": wq.contiguous().view(torch.uint8).view(torch.int32),
+                             "weight_scale": ws.contiguous()})
+    layer.transform()
+    a = x.contiguous()
+    return lambda: layer(a)
