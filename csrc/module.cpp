@@ -225,6 +225,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     for (auto const& r : self_check::results()) out.append(py::make_tuple(r.config, r.passed, r.report));
     return out;
   }, "kernels self-checked in this process: (config, passed, failure report)");
+  m.def("self_check_run", [](std::string const& config, int device) {
+    self_check::Verdict const v = self_check::check_in_process("persistent_gemm.selfcheck", config, device);
+    return py::make_tuple(v.passed, v.report);
+  }, "the self-check of one built config in this process: (passed, failure report)");
+  m.def("set_self_check_runner", [](py::object fn) {
+    // Kept for the life of the process (never destroyed: no Python call after interpreter exit).
+    static py::object* held = nullptr;
+    if (fn.is_none()) {
+      self_check::set_runner(nullptr);
+      return;
+    }
+    if (held == nullptr) held = new py::object();
+    *held = fn;
+    self_check::set_runner([](std::string const& arch, std::string const& config, int device) {
+      py::gil_scoped_acquire gil;
+      auto const t = (*held)(arch, config, device).cast<py::tuple>();
+      return self_check::Verdict{config, t[0].cast<bool>(), t[1].cast<std::string>()};
+    });
+  }, "fn(arch, config, device) -> (passed, report): the out-of-process self-check; None: in-process");
   m.def("self_check_shapes", [](std::string const& config) {
     py::list out;
     for (auto const& mod : registered_arches())

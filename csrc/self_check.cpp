@@ -5,7 +5,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <unordered_map>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -43,6 +47,9 @@ thread_local bool t_running = false;
 thread_local int t_workers = 0;
 
 enum class State { Passed, Failed };
+constexpr char const* kWayOut =
+    "Set PGEMM_FALLBACK=torch to run persistent_gemm's ops with their reference implementations (dequantize, "
+    "then an fp32 torch.mm) on this GPU, or pass config= to force another kernel; please report this failure.";
 struct Record {
   State state;
   std::string report;  // the failure message, repeated on later calls
@@ -203,49 +210,97 @@ bool use_fallback(ArchModule const& mod) {
   return torch_fallback && guarded(mod);
 }
 
+namespace {
+
+// The in-process check of `e`: every problem of check_shapes(e) until one fails.
+Record check_entry(char const* op, ArchModule const& mod, KernelEntry const& e, int device) {
+  if (env_is("PGEMM_SELF_CHECK_INJECT_HANG", "1")) {  // tests only: a check that never returns
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  t_running = true;
+  Outcome o;
+  std::string error;
+  Shape s{};
+  for (Shape const& shape : check_shapes(e)) {  // stop at the first pass that fails
+    s = shape;
+    t_workers = shape.max_workers;
+    try {
+      o = run_check(e, device, shape);
+    } catch (c10::Error const& ex) {
+      error = ex.what_without_backtrace();
+    }
+    if (!error.empty() || !o.ok()) break;
+  }
+  t_running = false;
+  t_workers = 0;
+  if (error.empty() && o.ok()) return {State::Passed, {}};
+  auto const& prop = device_info(device);
+  std::string const what =
+      !error.empty() ? msg("it raised: ", error)
+                     : msg("its result disagrees with the reference (max error ", o.err, " of the largest value, "
+                           "bound ", o.bound, "; ", o.non_finite, " non-finite elements)");
+  return {State::Failed,
+          msg(op, ": the self-check of kernel ", e.config, " failed on this GPU (", prop.name, ", sm_", prop.major,
+              prop.minor, ") for M = ", s.m, ", N = ", s.n, ", K = ", s.k,
+              s.max_workers ? msg(" on ", s.max_workers, " worker(s)") : std::string(), ": ", what, ". The ",
+              mod.table->arch, " kernels have not been validated on hardware by this project. ", kWayOut)};
+}
+
+std::atomic<Runner> g_runner{nullptr};
+
+// The registered runner's verdict on `e`, or nothing when there is no runner or it could not
+// run (then the check runs in this process).
+std::optional<Record> run_out_of_process(ArchModule const& mod, KernelEntry const& e, int device) {
+  Runner const runner = g_runner.load();
+  if (!runner) return std::nullopt;
+  try {
+    Verdict const v = runner(mod.table->arch, e.config, device);
+    return Record{v.passed ? State::Passed : State::Failed, v.report};
+  } catch (std::exception const& ex) {
+    TORCH_WARN("persistent_gemm: the out-of-process self-check of ", e.config, " could not run (", ex.what(),
+               "); checking it in this process instead");
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+void set_runner(Runner runner) { g_runner.store(runner); }
+
+Verdict check_in_process(char const* op, std::string const& config, int device) {
+  for (auto const& mod : registered_arches())
+    for (int i = 0; i < mod.table->count; ++i) {
+      KernelEntry const& e = mod.table->entries[i];
+      if (config != e.config) continue;
+      Record const r = check_entry(op, mod, e, device);
+      return {config, r.state == State::Passed, r.report};
+    }
+  TORCH_CHECK_VALUE(false, msg(op, ": no built kernel '", config, "' to self-check"));
+}
+
 void ensure(char const* op, ArchModule const& mod, KernelEntry const& e, int device) {
   if (t_running || !guarded(mod)) return;
   if (!mod.table->validated_on_hardware) {
     TORCH_WARN_ONCE("persistent_gemm: the ", mod.table->arch, " kernels are compiled and SASS-checked but have "
-                    "not been run on hardware by this project; each one checks itself against the reference "
-                    "implementation on its first use in this process (PGEMM_SELF_CHECK=off skips that, "
-                    "PGEMM_FALLBACK=torch runs the reference implementations instead)");
+                    "not been run on hardware by this project; each one is checked against the reference "
+                    "implementation on its first use in this process, in a child process with a timeout "
+                    "(PGEMM_SELF_CHECK=off skips that, PGEMM_FALLBACK=torch runs the reference implementations "
+                    "instead)");
   }
+  {
+    std::lock_guard<std::mutex> lock(table_mutex());
+    auto it = records().find(&e);
+    if (it != records().end()) {
+      TORCH_CHECK(it->second.state == State::Passed, it->second.report);
+      return;
+    }
+  }
+  // Checked outside the table's lock (a child process takes seconds); two threads meeting the
+  // same kernel first may both check it, and the first verdict stays.
+  std::optional<Record> r = run_out_of_process(mod, e, device);
+  if (!r) r = check_entry(op, mod, e, device);
   std::lock_guard<std::mutex> lock(table_mutex());
-  auto it = records().find(&e);
-  if (it == records().end()) {
-    t_running = true;
-    Outcome o;
-    std::string error;
-    Shape s{};
-    for (Shape const& shape : check_shapes(e)) {  // stop at the first pass that fails
-      s = shape;
-      t_workers = shape.max_workers;
-      try {
-        o = run_check(e, device, shape);
-      } catch (c10::Error const& ex) {
-        error = ex.what_without_backtrace();
-      }
-      if (!error.empty() || !o.ok()) break;
-    }
-    t_running = false;
-    t_workers = 0;
-    Record r{State::Passed, {}};
-    if (!error.empty() || !o.ok()) {
-      auto const& prop = device_info(device);
-      std::string const what =
-          !error.empty() ? msg("it raised: ", error)
-                         : msg("its result disagrees with the reference (max error ", o.err, " of the largest value, "
-                               "bound ", o.bound, "; ", o.non_finite, " non-finite elements)");
-      r = {State::Failed,
-           msg(op, ": the self-check of kernel ", e.config, " failed on this GPU (", prop.name, ", sm_", prop.major,
-               prop.minor, ") for M = ", s.m, ", N = ", s.n, ", K = ", s.k, s.max_workers ? msg(" on ", s.max_workers, " worker(s)") : std::string(), ": ", what, ". The ", mod.table->arch,
-               " kernels have not been validated on hardware by this project. Set PGEMM_FALLBACK=torch to run "
-               "persistent_gemm's ops with their reference implementations (dequantize, then an fp32 torch.mm) "
-               "on this GPU, or pass config= to force another kernel; please report this failure.")};
-    }
-    it = records().emplace(&e, std::move(r)).first;
-  }
+  auto const it = records().emplace(&e, std::move(*r)).first;
   TORCH_CHECK(it->second.state == State::Passed, it->second.report);
 }
 

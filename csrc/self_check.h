@@ -2,10 +2,13 @@
 //
 // An arch module whose table says validated_on_hardware = false (sm100a: compiled and
 // SASS-checked here, never run by this project) is guarded at run time:
-//   - the first use of each of its kernels in a process runs that kernel once on a small
-//     problem with tails in M, N and K against the op's reference implementation (the CPU
-//     definition in ops.cpp); a disagreement raises, naming the kernel and the way out, and the
-//     kernel stays refused for the rest of the process;
+//   - the first use of one of its kernels in a process checks all of them, each on problems with
+//     tails in M, N and K and on one cluster walking many tiles (check_shapes), against the op's
+//     reference implementation (the CPU definition in ops.cpp). Python runs that check in a child
+//     process with a timeout and caches the verdicts per (GPU, driver, build)
+//     (python/persistent_gemm/selfcheck.py); a hang or a fault there fails the kernel being
+//     checked instead of this process. A failure raises, naming the kernel and the way out, and
+//     the kernel stays refused for the rest of the process;
 //   - a one-time warning says the family has not been validated on hardware by the project.
 //
 // Environment:
@@ -15,6 +18,7 @@
 //                      (plain ATen, dequantize + fp32 torch.mm) instead of our kernels
 //   PGEMM_SELF_CHECK_INJECT_FAULT = 1: tests only, corrupt one output element of every
 //                      self-check run so the failure path can be exercised on a sound kernel
+//   PGEMM_SELF_CHECK_INJECT_HANG = 1: tests only, a check that never returns (the timeout path)
 #pragma once
 
 #include <string>
@@ -31,6 +35,21 @@ bool use_fallback(ArchModule const& mod);
 // Before launching `e` for `op`: checks it on its first use (when guarded); throws if it failed,
 // now or earlier in this process.
 void ensure(char const* op, ArchModule const& mod, KernelEntry const& e, int device);
+// The out-of-process check (python/persistent_gemm/selfcheck.py): on the first use of a guarded
+// kernel, a runner registered from Python checks it in a child process with a timeout (a hang or
+// a fault there becomes a failed verdict, not the end of this process), or answers from its
+// cache; ensure() records the verdict. Without a runner (C++ use, or inside the child itself),
+// or when the runner cannot run, the check runs in this process.
+struct Verdict {
+  std::string config;
+  bool passed;
+  std::string report;  // why it failed; empty when passed
+};
+using Runner = Verdict (*)(std::string const& arch, std::string const& config, int device);
+void set_runner(Runner runner);
+// The check of one built config in this process (the child's work): passed, and the failure
+// report naming the kernel, the GPU and the problem.
+Verdict check_in_process(char const* op, std::string const& config, int device);
 // What has been checked in this process, in no particular order.
 struct Result {
   std::string config;

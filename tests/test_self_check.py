@@ -1,13 +1,16 @@
 """The first-use self-check that guards kernels the project never ran on their hardware
-(csrc/self_check.cpp). On the H200 it is pointed at the SM90 kernels (PGEMM_SELF_CHECK=all), in
-fresh processes since its settings are read once: a sound kernel passes, an injected fault is
-reported naming the kernel and the fallback, and PGEMM_FALLBACK=torch runs the references."""
+(csrc/self_check.cpp, python/persistent_gemm/selfcheck.py). On the H200 it is pointed at the SM90
+kernels (PGEMM_SELF_CHECK=all), in fresh processes since its settings are read once: a sound
+kernel passes (checked in a child process, then from the cache), an injected fault is reported
+naming the kernel and the fallback, an injected hang times out in the child and fails the kernel
+while the caller's process goes on, and PGEMM_FALLBACK=torch runs the references."""
 
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -39,8 +42,9 @@ _SCRIPT = textwrap.dedent(
 
 
 def _run(**env):
-    full = {**os.environ, **env}
-    for k in ("PGEMM_SELF_CHECK", "PGEMM_FALLBACK", "PGEMM_SELF_CHECK_INJECT_FAULT"):
+    full = {**os.environ, "PGEMM_SELF_CHECK_CACHE": "0", **env}
+    for k in ("PGEMM_SELF_CHECK", "PGEMM_FALLBACK", "PGEMM_SELF_CHECK_INJECT_FAULT", "PGEMM_SELF_CHECK_INJECT_HANG",
+              "PGEMM_SELF_CHECK_TIMEOUT", "PGEMM_SELF_CHECK_CHILD"):
         if k not in env:
             full.pop(k, None)
     p = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=full, timeout=600)
@@ -77,3 +81,23 @@ def test_fallback_runs_the_reference():
     out = _run(PGEMM_SELF_CHECK="all", PGEMM_FALLBACK="torch")
     assert out["results"] == []  # no kernel of ours ran
     assert out["bitwise_ref0"], "the fallback is the fp32 reference, rounded once"
+
+
+def test_verdict_is_cached_per_build(tmp_path):
+    cache = {"PGEMM_CACHE_DIR": str(tmp_path), "PGEMM_SELF_CHECK_CACHE": "1", "PGEMM_SELF_CHECK": "all"}
+    first = _run(**cache)
+    assert first["results"] and all(r[1] for r in first["results"]), first["results"]
+    assert list((tmp_path / "selfcheck").glob("sm90a-*.json"))
+    # A child could not start and check in 1 ms: this pass can only come from the cache.
+    again = _run(**cache, PGEMM_SELF_CHECK_TIMEOUT="0.001")
+    assert all(r[1] for r in again["results"]) and again["err0"] < 1e-2, again
+
+
+def test_hang_in_the_child_fails_the_kernel_not_the_process():
+    t0 = time.monotonic()
+    out = _run(PGEMM_SELF_CHECK="all", PGEMM_SELF_CHECK_INJECT_HANG="1", PGEMM_SELF_CHECK_TIMEOUT="20")
+    assert time.monotonic() - t0 < 120
+    for attempt in (0, 1):  # refused now and for the rest of the process (no second child)
+        msg = out[f"raised{attempt}"]
+        assert "self-check of kernel sm90a_bf16_" in msg and "did not finish within 20 s" in msg, msg
+        assert "PGEMM_FALLBACK=torch" in msg, msg

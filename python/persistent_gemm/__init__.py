@@ -45,6 +45,9 @@ else:
         except ImportError:
             continue
         _C.register_arch(_mod.arch_export())
+    from . import selfcheck as _selfcheck  # noqa: E402
+
+    _selfcheck.install()  # the first-use self-check of unvalidated archs runs in a child process
     from . import _ops  # noqa: E402  fake kernels + autograd (needs the schemas)
     from ._ops import addmm, fp8_fp4_mm, mm, mxfp8_mm, scaled_mm  # noqa: E402,F401
     from . import nn  # noqa: E402,F401  Linear layers and quantize_ (need the ops)

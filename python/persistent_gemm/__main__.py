@@ -207,6 +207,29 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_selfcheck(args) -> int:
+    import torch
+
+    from . import require_extension, selfcheck
+
+    ext = require_extension()
+    if not torch.cuda.is_available():
+        print("error: selfcheck needs a CUDA GPU", file=sys.stderr)
+        return 2
+    major, minor = torch.cuda.get_device_capability(args.device)
+    arch = next((a for a, info in ext.arch_info().items() if tuple(info["sm"]) == (major, minor)), None)
+    if arch is None:
+        print(f"error: no kernel module is built for this GPU (sm_{major}{minor})", file=sys.stderr)
+        return 2
+    configs = sorted({k["config"] for k in ext.built_kernels() if k["arch"] == arch})
+    verdicts = selfcheck.verdicts(arch, args.device, configs, use_cache=False if args.no_cache else None)
+    for config, passed, report in verdicts:
+        print(f"{'pass' if passed else 'FAIL'} {config}" + ("" if passed else f"\n    {report}"))
+    failed = sum(not v[1] for v in verdicts)
+    print(f"{len(verdicts)} kernels, {failed} failed")
+    return 1 if failed else 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     import persistent_gemm as pg
 
@@ -354,6 +377,13 @@ def _parser() -> argparse.ArgumentParser:
                         "without them that part is skipped)")
     d.add_argument("--no-model", action="store_true", help="skip the real-model part")
     d.set_defaults(func=_cmd_demo)
+
+    sc = sub.add_parser("selfcheck", help="check every built kernel of this GPU's arch against the reference "
+                        "implementations, each in a child process with a timeout (what the first use of an arch "
+                        "not validated on hardware does automatically); prints the verdicts")
+    sc.add_argument("--device", type=int, default=0, help="CUDA device (default 0)")
+    sc.add_argument("--no-cache", action="store_true", help="check again instead of reading cached verdicts")
+    sc.set_defaults(func=_cmd_selfcheck)
     return p
 
 
