@@ -169,8 +169,10 @@ std::vector<CheckShape> check_shapes(KernelEntry const& e) {
   else k += e.a_dtype == DType::E4M3 ? 48 : 40;
   // The decode GEMV takes at most its token tile (tile_n) and walks strips, not tiles: a token
   // count one short of its tile (ragged n8 tiles), two strips and a tail of weight rows.
+  // Its K is whole 1x32 blocks (its bulk copies) and ends in a partial unit: 416 = 256 + 160 for
+  // e4m3 (432 would be refused), 1792 = 3.5 units for e2m1.
   if (g.style == KernelStyle::Gemv)
-    return {{std::max<int64_t>(1, g.tile_n - 3), 2 * g.tile_m + 24, k, 0}};
+    return {{std::max<int64_t>(1, g.tile_n - 3), 2 * g.tile_m + 24, k / 32 * 32, 0}};
   std::vector<CheckShape> out{{2 * span + 37, 2 * span + 24, k, 0}};
   // 2. One cluster walks (3 cm + 1) x (2 cn + 1) clusters' tiles (>= 12 per CTA: both accumulator
   //    stages, several times), each over 16 K-tiles plus a partial one: more than any stage count

@@ -39,8 +39,8 @@ def test_the_self_check_reaches_multi_tile_wraparound_and_tails(name):
         assert km % tm and kn % tn, (name, shapes[0])
         grid = cfg.schedule.over(km, kn, (tm, tn, tk), K=k)
         assert grid.num_ids > 1
-    if cfg.kernel == "gemv":  # its tokens fit its tile; its strips have a tail
-        assert len(shapes) == 1 and m <= cfg.tile[1] and n % cfg.tile[0]
+    if cfg.kernel == "gemv":  # its tokens fit its tile; its strips have a tail; whole 1x32 blocks
+        assert len(shapes) == 1 and m <= cfg.tile[1] and n % cfg.tile[0] and k % 32 == 0, shapes
         return
     # 2. one cluster walks many tiles, each longer than the stage ring.
     m, n, k, workers = shapes[1]
