@@ -65,11 +65,14 @@ struct MxOperandE2m1Fold {};
 
 namespace mx_fold_detail {
 // The fold's per-stage shared memory (per row and block its conversion LUT; per strip and block
-// whether it folds); empty for the other operands, so their storage does not change.
+// whether it folds); empty for the other operands, so their storage does not change. It is the
+// TensorStorage's base, so it comes first: sized in whole 1024 B so the 128B-swizzled TMA
+// destinations after it stay 1024-byte aligned (unpadded, the first fold kernel faulted with a
+// misaligned shared address at its first TMA load).
 template <bool Fold, int Stages, int TileM>
 struct FoldStorage {};
 template <int Stages, int TileM>
-struct FoldStorage<true, Stages, TileM> {
+struct alignas(1024) FoldStorage<true, Stages, TileM> {
   alignas(16) uint64_t fold_lut[Stages][mx_detail::kBlocksPerTile * TileM];
   uint8_t fold_mode[Stages][mx_detail::kBlocksPerTile * TileM / mx_detail::kFoldStripRows];
 };
@@ -150,6 +153,8 @@ struct Sm90MxBlockScaledMma {
   static constexpr int kColStride = kTileN / 4 + 4;  // +4 floats: the four q rows hit distinct banks
   static constexpr int kScaleFloats = mx_detail::kBlocksPerTile * (kTileM + 4 * kColStride);
 
+  static_assert(sizeof(mx_fold_detail::FoldStorage<kFold, Stages, kTileM>) % 1024 == 0 || !kFold,
+                "the fold's storage precedes the swizzled operand tiles: it must keep them 1024-byte aligned");
   struct TensorStorage : cute::aligned_struct<128, cute::_0>, mx_fold_detail::FoldStorage<kFold, Stages, kTileM> {
     cute::array_aligned<ElementXStorage, cute::cosize_v<SmemLayoutA>> smem_A;
     cute::array_aligned<ElementB, cute::cosize_v<SmemLayoutB>> smem_B;

@@ -53,7 +53,9 @@ constexpr int stage_bytes() {
 
 template <class OperandX, class TileShape>
 constexpr int auto_stages() {
-  int s = (kSmemBytes - kKernelCarveout) / stage_bytes<OperandX, TileShape>();
+  // The fold's storage is padded to whole 1024 B (it precedes the swizzled tiles): up to 1 KB more.
+  constexpr int fold_pad = std::is_same_v<OperandX, collective::MxOperandE2m1Fold> ? 1024 : 0;
+  int s = (kSmemBytes - kKernelCarveout - fold_pad) / stage_bytes<OperandX, TileShape>();
   return s > kMaxStages ? kMaxStages : s;
 }
 
