@@ -99,6 +99,23 @@ def check_in_child(arch: str, device: int, configs: Sequence[str], *, timeout: O
     return out
 
 
+def _driver_version() -> str:
+    """The NVIDIA driver's version: torch's private getter where it exists, else the kernel
+    module's banner, else "unknown" (the key then changes with the build only)."""
+    import torch
+
+    getter = getattr(torch._C, "_cuda_getDriverVersion", None)
+    if getter is not None:
+        try:
+            return str(getter())
+        except Exception:
+            pass
+    try:
+        return Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return "unknown"
+
+
 def cache_key(arch: str, device: int) -> str:
     """(GPU name, compute capability, driver, CUDA, the extension's and the arch module's builds)
     as a file stem."""
@@ -107,7 +124,7 @@ def cache_key(arch: str, device: int) -> str:
     from . import _C
 
     prop = torch.cuda.get_device_properties(device)
-    parts = [prop.name, f"{prop.major}.{prop.minor}", str(torch._C._cuda_getDriverVersion()), torch.version.cuda or ""]
+    parts = [prop.name, f"{prop.major}.{prop.minor}", _driver_version(), torch.version.cuda or ""]
     for mod in (_C, sys.modules.get(f"{__package__}._C_{arch}")):
         path = Path(getattr(mod, "__file__", "") or "")
         if path.is_file():
