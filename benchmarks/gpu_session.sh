@@ -72,9 +72,13 @@ case "${1:-}" in
     # after `build` with PGEMM_KERNELS='e4m3xe2m1_128x128x128|mxfp8_128x128x128|bf16route|gemv|bf16_128x256',
     # the GPU tests of the fold route, the MX ops' new argument order, weight-only MX and the
     # self-check's two passes, then memcheck on the fold kernel. Logs under $OUT.
-    python3 -m pytest -q -p no:cacheprovider tests/test_gpu_weight_only_kernels.py tests/test_gpu_weight_only.py \
-      tests/test_gpu_mx_route.py tests/test_gpu_mx.py tests/test_gpu_gemv.py tests/test_gpu_ops.py \
-      tests/test_self_check.py 2>&1 | tee "$OUT/verify_tests.log" | tail -25
+    # One pytest process per file: a kernel fault is a sticky CUDA error that fails every later
+    # test of its process (the first run of the fold kernel took 521 tests down with it).
+    for f in tests/test_gpu_weight_only_kernels.py tests/test_gpu_weight_only.py tests/test_gpu_mx_route.py \
+             tests/test_gpu_mx.py tests/test_gpu_gemv.py tests/test_gpu_ops.py tests/test_self_check.py; do
+      python3 -m pytest -q -p no:cacheprovider "$f" > "$OUT/verify_$(basename "$f" .py).log" 2>&1
+      echo "$f: $(tail -1 "$OUT/verify_$(basename "$f" .py).log")"
+    done
     for fam in fold bf16xe2m1 bf16xe4m3; do
       compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize_tails.py --family $fam \
         > "$OUT/sanitize_${fam}_memcheck.log" 2>&1
