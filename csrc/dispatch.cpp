@@ -216,7 +216,8 @@ MxScales blocked_scales(char const* op, ArchModule const& mod, at::Tensor const&
                      static_cast<uint8_t*>(out.data_ptr())};
     return out;
   };
-  MxScales out{keep_a ? scale_a : prepare(scale_a, m, layouts.a), prepare(scale_b, n, layouts.b)};
+  // An undefined scale_a (weight-only MX: bf16 activations) stays undefined.
+  MxScales out{keep_a || !scale_a.defined() ? scale_a : prepare(scale_a, m, layouts.a), prepare(scale_b, n, layouts.b)};
   if (count) {
     cudaError_t const err = mod.table->scale_to_blocked(jobs, count, stream);
     TORCH_CHECK(err == cudaSuccess, msg(op, ": scale relayout failed: ", cudaGetErrorString(err)));
@@ -304,7 +305,7 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
   if (mx) {
     if (plain_a && sa.size(0) > 1 && sa.stride(1) != 1) sa = sa.contiguous();
     // The blocked scales of K and of k_run have the same atoms: k_run < K rounded up to 128.
-    MxScales const sc = blocked_scales(op, mod, sa, p.m, sb, p.n, p.k, in.layouts, stream, plain_a || !sa.defined());
+    MxScales const sc = blocked_scales(op, mod, sa, p.m, sb, p.n, p.k, in.layouts, stream, plain_a);
     sa = sc.a, sb = sc.b;
   }
 

@@ -4,11 +4,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
+#include <chrono>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <atomic>
-#include <chrono>
 #include <thread>
 #include <unordered_map>
 
