@@ -164,8 +164,7 @@ def announce_build(sources: dict, core_count: int) -> None:
     """Say up front what the build compiles and how long it takes, and make ninja's per-file
     progress lines name the count and the elapsed time (shown by ``pip install -v``; a quiet pip
     keeps them until the end or an error)."""
-    kernels = {arch: sum(1 for p in files if str(p).endswith(".cu") and "__" in Path(p).name
-                         and not Path(p).name.endswith("__schedule.cu"))
+    kernels = {arch: sum(1 for p in files if str(p).endswith(".cu") and Path(p).name != "scale_layout.cu")
                for arch, files in sources.items() if arch != "_C"}
     jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
     units = sum(len(files) for files in sources.values()) + core_count

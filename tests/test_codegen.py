@@ -15,7 +15,7 @@ def test_templates_fail_on_missing_placeholder():
     args = cfg.template_args()
     del args["schedule_tag"]
     with pytest.raises(KeyError, match="schedule_tag"):
-        codegen._SCHEDULE_TU.substitute(args, ident="x")
+        codegen._SCHEDULE.substitute(args, ident="x")
     # every template is a string.Template with named placeholders only, no positional slots
     for name in dir(codegen):
         obj = getattr(codegen, name)
@@ -43,21 +43,41 @@ def test_generate_writes_named_files(tmp_path):
         if cfg.arch != "sm90a":
             continue
         if cfg.kernel == "gemv":  # the decode GEMVs: one TU per family, no tile-scheduler walk
-            assert f"sm90a_{cfg.dtype}_gemv.cu" in names and f"{cfg.name}__schedule.cu" not in names
+            assert f"sm90a_{cfg.dtype}_gemv.cu" in names and f"{cfg.name}.cu" not in names
+            text = (tmp_path / "sm90a" / f"sm90a_{cfg.dtype}_gemv.cu").read_text()
+            assert all(f"run_{codegen.ident(cfg.name)}__{v.suffix}(" in text for v in codegen.variants(cfg))
             continue
-        assert f"{cfg.name}__schedule.cu" in names
-        if cfg.route != "promote":  # the MX routes: one TU holds all of a config's variants
-            assert f"{cfg.name}__variants.cu" in names
-            text = (tmp_path / "sm90a" / f"{cfg.name}__variants.cu").read_text()
-            assert all(f"__{v.suffix}" in text for v in codegen.variants(cfg))
-            continue
-        for v in codegen.variants(cfg):
-            assert f"{cfg.name}__{v.suffix}.cu" in names
+        # One TU per config: its scheduler walk and every variant (none in another config's TU).
+        assert f"{cfg.name}.cu" in names
+        text = (tmp_path / "sm90a" / f"{cfg.name}.cu").read_text()
+        assert f"cudaError_t schedule_{codegen.ident(cfg.name)}(" in text
+        assert all(f"run_{codegen.ident(cfg.name)}__{v.suffix}(" in text for v in codegen.variants(cfg))
     table = (tmp_path / "catalogue_table.cpp").read_text()
     for cfg in (*CATALOGUE, *codegen.PARITY_PROBES):
         assert f'"{cfg.name}"' in table
     kt = (tmp_path / "sm90a" / "kernel_table.cpp").read_text()
     assert '"sm90a", 9, 0' in kt
+
+
+def test_config_tus_split_at_the_memory_cap(monkeypatch):
+    # A config with more variants than MAX_KERNELS_PER_TU spreads them over several TUs, each
+    # kernel exactly once, the walk only in the first; each TU includes a header once.
+    cfg = next(c for c in CATALOGUE if c.name == "sm90a_e4m3_128x128x128_c2x1_sw8_row_coop")
+    chosen = codegen.variants(cfg)
+    assert len(chosen) == 4
+    monkeypatch.setattr(codegen, "MAX_KERNELS_PER_TU", 3)
+    tus = codegen.config_tus(cfg, chosen)
+    assert len(tus) == 2
+    walk = f"cudaError_t schedule_{codegen.ident(cfg.name)}("
+    assert [walk in t for t in tus] == [True, False]
+    for v in chosen:
+        assert sum(f"run_{codegen.ident(cfg.name)}__{v.suffix}(" in t for t in tus) == 1
+    for t in tus:
+        includes = [line for line in t.splitlines() if line.startswith("#include")]
+        assert len(includes) == len(set(includes)) and '#include "persistent_gemm/kernel/sm90_gemm_builder.hpp"' in includes
+    assert [t.count("namespace k_") // 2 for t in tus] == [3, 1]
+    # One kernel alone (the contract and SASS tests' TU): no walk.
+    assert walk not in codegen.kernel_tu(cfg, chosen[0])
 
 
 def test_kernel_table_carries_each_configs_geometry(tmp_path):

@@ -42,11 +42,11 @@ def test_build_announces_what_it_compiles(setup_py, capsys, monkeypatch):
     monkeypatch.delenv("NINJA_STATUS", raising=False)
     monkeypatch.setenv("MAX_JOBS", "3")
     sources = {"_C": [Path("g/catalogue_table.cpp")],
-               "sm90a": [Path("g/sm90a/x__schedule.cu"), Path("g/sm90a/x__akbk_bf16_tma.cu"),
-                         Path("g/sm90a/y__akbk_bf16_direct.cu"), Path("g/sm90a/kernel_table.cpp"),
-                         Path("g/sm90a/scale_layout.cu"), Path("g/sm90a/module.cpp")]}
+               "sm90a": [Path("g/sm90a/x.cu"), Path("g/sm90a/y.cu"), Path("g/sm90a/sm90a_mxfp8_gemv.cu"),
+                         Path("g/sm90a/kernel_table.cpp"), Path("g/sm90a/scale_layout.cu"),
+                         Path("g/sm90a/module.cpp")]}
     setup_py.announce_build(sources, core_count=7)
     err = capsys.readouterr().err
-    assert "compiling 14 translation units (2 kernel TUs for sm90a)" in err
+    assert "compiling 14 translation units (3 kernel TUs for sm90a)" in err
     assert "MAX_JOBS=3" in err and "PGEMM_KERNELS" in err and "pip install -v" in err
     assert os.environ["NINJA_STATUS"].startswith("[persistent_gemm %f/%t")

@@ -23,6 +23,11 @@ NVCC_FLAGS: tuple[str, ...] = (
     "-U__CUDA_NO_HALF2_OPERATORS__", "-Xptxas=--warn-on-spills", "-diag-suppress=20012",
 )
 
+#: Kernels per generated translation unit (codegen: a config's variants share one TU, which
+#: shares CUTLASS's front-end work among them). Bounded by memory: an FP8 config's four variants
+#: and walk peak at 4.1 GB in one TU on the CI machine, and two compile jobs must fit its 24 GB.
+MAX_KERNELS_PER_TU = 6
+
 
 def nvcc_flags(gencode: str) -> list[str]:
     return [*NVCC_FLAGS[:2], gencode, *NVCC_FLAGS[2:]]
