@@ -285,10 +285,28 @@ def weight_only_contenders(op: str, humming) -> dict:
     return out
 
 
-def contenders(op: str, humming) -> dict:
+def forced_contenders(op: str, configs) -> dict:
+    """``ours@<config>``: the op on the prepared weight with ``config=`` forced, for each of
+    ``configs`` (built or JIT-compiled specs) of the op's family; the schedules a user writes."""
+    family = EXPLAIN_DTYPE[op]
+    out = {}
+    for name in configs:
+        if pg.KernelConfig.from_name(name).dtype != family:
+            continue
+
+        def make(c, name=name):
+            pw = pg.prepare_weight(c["wq"], c["ws"], fmt=PREPARE_FMT[op])
+            if op in WEIGHT_ONLY:
+                return lambda: pg.mm(c["xq"], pw, config=name)
+            return lambda: getattr(pg, op)(c["xq"], pw, c["xs"], out_dtype=torch.bfloat16, config=name)
+        out[f"ours@{name}"] = (make, lambda c: nbytes(c["wq"], c["ws"]))
+    return out
+
+
+def contenders(op: str, humming, configs=()) -> dict:
     """label -> (make(copy) -> zero-arg callable, weight bytes of a copy)."""
     if op in WEIGHT_ONLY:
-        return weight_only_contenders(op, humming)
+        return {**weight_only_contenders(op, humming), **forced_contenders(op, configs)}
     fn = getattr(pg, op)
     bf16 = torch.bfloat16
     mx_w = lambda c: nbytes(c["wq"], c["ws"])
@@ -327,6 +345,7 @@ def contenders(op: str, humming) -> dict:
         lambda c: nbytes(c["b8"], c["sb"]))
     if humming is not None:
         out["humming"] = (lambda c: humming.make(op, c["xq"], c["xs"], c["wq"], c["ws"]), mx_w)
+    out.update(forced_contenders(op, configs))
     return out
 
 
@@ -337,7 +356,7 @@ def run_shape(op: str, group: str, m: int, n: int, k: int, args, humming, gpu: s
     decode = m <= DECODE_MAX_M
     picked = explained(op, m, n, k)
     calls, wbytes, errors, errs = {}, {}, {}, {}
-    for label, (make, wb) in contenders(op, humming).items():
+    for label, (make, wb) in contenders(op, humming, args.configs).items():
         try:
             fns = [make(c) for c in copies]
             if any(f is None for f in fns):
@@ -386,7 +405,7 @@ def run_shape(op: str, group: str, m: int, n: int, k: int, args, humming, gpu: s
     for label, t in ms.items():
         err = errs.get(label, NAN)
         rows.append(dict(op=op, group=group, m=m, n=n, k=k, contender=label,
-                         config=picked if label.startswith("ours") else "", ms=t, tflops=flops / t / 1e9,
+                         config=label[5:] if label.startswith("ours@") else picked if label.startswith("ours") else "", ms=t, tflops=flops / t / 1e9,
                          weight_gbps=wbytes.get(label, 0) / t / 1e6 if decode else NAN,
                          ratio_vs_torch_mm=ratio(t_mm, t), ratio_vs_emulation=ratio(t_emu, t),
                          host_us_per_call=host.get(label, NAN), timing=timing.get(label, "error"), rel_err=err, gpu=gpu))
@@ -453,7 +472,10 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--no-humming", action="store_true", help="skip the humming peer even when it imports")
+    ap.add_argument("--configs", default="", help="comma-separated config names timed as ours@<name> beside the "
+                    "dispatcher's choice, each on the ops of its family (compiled up front by the JIT if not built)")
     args = ap.parse_args()
+    args.configs = [c for c in args.configs.split(",") if c]
     ops = [o for o in args.ops.split(",") if o]
     unknown = [o for o in ops if o not in OPS]
     if unknown:
@@ -462,6 +484,14 @@ def main() -> int:
         ap.error("--warmup and --iters must be at least 1")
     if pg is None or not pg.extension_available():
         raise SystemExit("bench_mx.py needs persistent_gemm built with its CUDA kernels (scripts/setup_and_demo.sh)")
+    if args.configs:  # compile the forced schedules in parallel before any timing; drop failures
+        from persistent_gemm.jit import ensure_many
+
+        done = ensure_many(args.configs, jobs=len(args.configs))
+        for name, r in zip(list(args.configs), done):
+            if isinstance(r, Exception):
+                print(f"--configs {name}: not timed: {first_line(r)}", flush=True)
+                args.configs.remove(name)
     humming = None
     if not args.no_humming:
         sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))

@@ -14,7 +14,14 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.sm90
+from conftest import HAS_GPU, built_configs
+
+pytestmark = [
+    pytest.mark.sm90,
+    # The children's pg.mm(bf16) needs a built bf16 kernel (a PGEMM_KERNELS build may have none).
+    pytest.mark.skipif(HAS_GPU and not built_configs("bf16", arch="sm90a"),
+                       reason="no sm90a bf16 kernel built (PGEMM_KERNELS)"),
+]
 
 _SCRIPT = textwrap.dedent(
     """
