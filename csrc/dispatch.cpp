@@ -112,8 +112,12 @@ at::Tensor k_major_copy(at::Tensor const& rows_by_k, int64_t alloc_rows) {
 // argument; empty when they all hold. The dispatcher only launches what it has adapted, so a
 // non-empty answer here is a dispatcher bug, but the message must still say what went wrong.
 std::string broken_launch_rule(GemmArgs const& g, KernelEntry const& e, int64_t d_elem) {
-  auto const a_contig = e.a_k_major ? g.k : g.m, b_contig = e.b_k_major ? g.k : g.n;
-  int64_t const ea = e.a_dtype == DType::E4M3 || e.a_dtype == DType::E2M1 ? 1 : 2;
+  // GemmArgs' a is the op's b (the weight) in a swap-AB kernel. Packed e2m1 strides count bytes:
+  // a K-major e2m1 row holds K / 2 of them.
+  DType const a_dtype = e.swap_ab ? e.b_dtype : e.a_dtype;
+  auto const a_contig = e.a_k_major ? (a_dtype == DType::E2M1 ? g.k / 2 : g.k) : g.m;
+  auto const b_contig = e.b_k_major ? g.k : g.n;
+  int64_t const ea = a_dtype == DType::E4M3 || a_dtype == DType::E2M1 ? 1 : 2;
   if (!aligned16(g.a)) return "a's data pointer is not 16-byte aligned (TMA)";
   if (!aligned16(g.b)) return "b's data pointer is not 16-byte aligned (TMA)";
   if (g.lda < a_contig) return msg("a's leading stride ", g.lda, " is smaller than its contiguous extent ", a_contig);

@@ -32,20 +32,16 @@ at::Tensor block_scale_factors(at::Tensor const& scale, int64_t rows, int64_t k,
   return plain_scale(scale, rows, mx_blocks(k), layout).to(at::kFloat).repeat_interleave(kMxBlock, 1).narrow(1, 0, k);
 }
 
-// All 16 e2m1 codes: s e1 e0 m0, magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6.
-at::Tensor e2m1_lut() {
-  static float const values[16] = {0.f,  0.5f,  1.f,  1.5f,  2.f,  3.f,  4.f,  6.f,
-                                   -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
-  return at::from_blob(const_cast<float*>(values), {16}, at::kFloat).clone();
-}
-
-// (R, K/2) packed bytes -> (R, K) float; element 2i is the low nibble of byte i.
+// (R, K/2) packed bytes -> (R, K) float; element 2i is the low nibble of byte i. A code is
+// s e1 e0 m0: magnitude m0 / 2 when e = 0, else 2^(e-1) (1 + m0 / 2). Computed on the operand's
+// device, with no host table: a copy from pageable memory would break CUDA-graph capture.
 at::Tensor unpack_e2m1(at::Tensor const& packed_rows) {
-  auto const bytes = packed_rows.contiguous().view(at::kByte).to(at::kLong);
-  auto const lo = at::bitwise_and(bytes, 0xF);
-  auto const hi = at::bitwise_right_shift(bytes, 4);
-  auto const codes = at::stack({lo, hi}, /*dim=*/2).flatten(1);
-  return e2m1_lut().to(packed_rows.device()).index({codes});
+  auto const bytes = packed_rows.contiguous().view(at::kByte).to(at::kInt);
+  auto const codes = at::stack({at::bitwise_and(bytes, 0xF), at::bitwise_right_shift(bytes, 4)}, /*dim=*/2).flatten(1);
+  auto const e = at::bitwise_and(at::bitwise_right_shift(codes, 1), 3).to(at::kFloat);
+  auto const m = at::bitwise_and(codes, 1).to(at::kFloat);
+  auto const mag = at::where(e == 0, m * 0.5, at::exp2(e - 1) * (m * 0.5 + 1));
+  return at::where(at::bitwise_right_shift(codes, 3) == 1, -mag, mag);
 }
 
 }  // namespace
@@ -122,10 +118,10 @@ at::Tensor weight_only_mm_ref(at::Tensor const& a, at::Tensor const& b, at::Tens
   auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
   auto const values = e2m1 ? unpack_e2m1(b.t()) : b.t().to(at::kFloat);  // (N, K)
   auto const db = values * block_scale_factors(scale_b, p.n, p.k, layout);
-  // fp32 products of a 16-bit activation and an MX weight are exact; the CPU sums them in fp32.
-  // A GPU's fp32 matmul may take TF32 (a global switch), so there the sums run in fp64.
-  auto const acc = a.is_cpu() ? at::mm(a.to(at::kFloat), db.t())
-                              : at::mm(a.to(at::kDouble), db.t().to(at::kDouble)).to(at::kFloat);
+  // fp32 products of a 16-bit activation and an MX weight are exact, summed in fp32. Also under
+  // TF32 (a global switch a GPU's fp32 matmul may take): its operands keep 11 significant bits,
+  // which hold an fp16 or bf16 activation and an MX weight value (at most 4) exactly.
+  auto const acc = at::mm(a.to(at::kFloat), db.t());
   return epilogue_reference(acc, epi, p.out_dtype);
 }
 

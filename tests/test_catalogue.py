@@ -152,6 +152,8 @@ def test_any_config_is_valid_and_round_trips_or_raises_config_error_with_a_reaso
         ("sm90a_mxfp8_128x256x128_c1x1_sw8_row_coop_swapab_bf16route", r"route='bf16' needs tile_k = 64"),
         ("sm90a_e4m3xe2m1_256x128x64_c1x1_sw8_row_coop_swapab_bf16route", r"tile_m must be 128 \(cooperative\)"),
         ("sm90a_mxfp8_128x256x64_c1x1_sw8_row_sk2_coop_swapab_bf16route", r"route='bf16' has no split-K"),
+        ("sm90a_e4m3xe2m1_128x256x64_c2x1_sw8_row_coop_swapab_bf16route", r"runs on 1x1 clusters only"),
+        ("sm90a_mxfp8_128x256x64_c1x2_sw8_row_coop_swapab_bf16route", r"runs on 1x1 clusters only"),
         ("sm90a_bf16_128x256x64_c1x1_sw8_row_coop_swapab_bf16route", r"route='bf16' is an MX mainloop option"),
         ("sm100a_mxfp8_128x128x128_c1x1_sw8_row_1sm_bf16route", r"route='bf16' is an sm90a mainloop"),
         # the fold route's (FP8 x FP4 only; the promotion mainloop's tile rules)
@@ -234,3 +236,11 @@ def test_an_unknown_name_says_which_are_closest():
         with pytest.raises(ConfigError, match=r"did you mean 'sm90a_bf16_128x256x64_c2x1_sw8_row_coop'") as e:
             f(typo)
         assert str(e.value).count("sm90a_") < 6, "the whole catalogue is listed again"
+
+
+def test_weight_only_routes_take_clusters():
+    # Measured on an H100 (benchmarks/results/issue22/): the weight-only route ran 2x1 and 1x2
+    # clusters correctly (no faster); only the e4m3-activation route is held to 1x1.
+    for c in ("c2x1", "c1x2"):
+        cfg = KernelConfig.from_name(f"sm90a_bf16xe2m1_128x256x64_{c}_sw8_row_coop_swapab_bf16route")
+        assert cfg.kernel_rejection() is None
