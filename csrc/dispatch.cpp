@@ -516,8 +516,13 @@ at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Ten
   // The fused kernel is the decode GEMV (bf16 activations, M <= 64 tokens); every other problem
   // (prefill, fp16 activations) runs the op's exact reference, as explain() says. A forced
   // config goes to the chooser, which says why it cannot run.
-  if (self_check::use_fallback(mod) || (!config && !has_candidate(*mod.table, req)))
+  if (self_check::use_fallback(mod) || (!config && !has_candidate(*mod.table, req))) {
+    if (a.scalar_type() == at::kHalf)  // the slow path an fp16 model takes silently otherwise
+      TORCH_WARN_ONCE(op, ": fp16 activations run the exact reference on the GPU (dequantize the weight, fp32 "
+                      "sums), many times slower than the fused kernels, which take bf16 activations (bf16 cannot "
+                      "hold fp16 values exactly, so nothing converts them for you). Said once per process.");
     return weight_only_mm_ref(a, b, scale_b, out_dtype, scale_b_layout, std::nullopt, bias);
+  }
   return launch(op, mod, req, Operands{a, b.t(), at::Tensor(), scale_b, {ScaleLayout::Plain, layout, "scale_b_layout"}},
                 p, epi);
 }

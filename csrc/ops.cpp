@@ -282,6 +282,9 @@ TORCH_LIBRARY(persistent_gemm, m) {
   // The GPU kernel of persistent_gemm.quantize_mxfp8 (quant.py, which defines it and runs it on
   // the CPU): (rows, K) float -> e4m3 data and plain (rows, ceil(K/32)) e8m0 scales.
   m.def("quantize_mxfp8(Tensor x, str rule='floor') -> (Tensor, Tensor)");
+  // The GPU kernel of the fp8_rowwise Linear's activation quantization (persistent_gemm.nn's
+  // _rowwise_e4m3, which defines it): (rows, K) float -> e4m3 data and a (rows, 1) fp32 scale.
+  m.def("quantize_rowwise_e4m3(Tensor x) -> (Tensor, Tensor)");
   // The MX dequantization to bf16 (CUDA only): the baseline "dequantize, then torch.mm" pays it.
   m.def("dequantize_mx(Tensor data, Tensor scale) -> Tensor");
 }

@@ -14,18 +14,22 @@
 namespace persistent_gemm {
 namespace {
 
-std::tuple<at::Tensor, at::Tensor> quantize_mxfp8_cuda(at::Tensor const& x, c10::string_view rule) {
-  char const* op = "persistent_gemm.quantize_mxfp8";
-  TORCH_CHECK_VALUE(x.dim() == 2, msg(op, ": x must be a 2-D (rows, K) tensor, got ", x.dim(), "-D"));
-  DType dtype;
+// A quantizer's input element: bf16, fp16 or fp32.
+DType input_dtype(char const* op, at::Tensor const& x) {
   switch (x.scalar_type()) {
-    case at::kBFloat16: dtype = DType::BF16; break;
-    case at::kHalf: dtype = DType::FP16; break;
-    case at::kFloat: dtype = DType::FP32; break;
+    case at::kBFloat16: return DType::BF16;
+    case at::kHalf: return DType::FP16;
+    case at::kFloat: return DType::FP32;
     default:
       TORCH_CHECK_TYPE(false, msg(op, ": x must be torch.bfloat16, torch.float16 or torch.float32 on CUDA, got ",
                                   x.scalar_type()));
   }
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_mxfp8_cuda(at::Tensor const& x, c10::string_view rule) {
+  char const* op = "persistent_gemm.quantize_mxfp8";
+  TORCH_CHECK_VALUE(x.dim() == 2, msg(op, ": x must be a 2-D (rows, K) tensor, got ", x.dim(), "-D"));
+  DType const dtype = input_dtype(op, x);
   TORCH_CHECK_VALUE(rule == "floor" || rule == "rceil", msg(op, ": rule must be 'floor' or 'rceil', got '",
                                                              std::string(rule), "'"));
   c10::cuda::CUDAGuard guard(x.device());
@@ -45,6 +49,35 @@ std::tuple<at::Tensor, at::Tensor> quantize_mxfp8_cuda(at::Tensor const& x, c10:
   job.scale = static_cast<uint8_t*>(scale.data_ptr());
   job.ld_scale = nb;
   job.rceil = rule == "rceil";
+  cudaError_t const err = mod->table->quantize_mxfp8(job, c10::cuda::getCurrentCUDAStream(x.get_device()));
+  TORCH_CHECK(err == cudaSuccess, msg(op, ": launch failed: ", cudaGetErrorString(err)));
+  return {data, scale};
+}
+
+// quantize_rowwise_e4m3 on CUDA: the fp8_rowwise Linear's activations in one kernel, no host
+// synchronisation. The definition -- and the CPU path -- is persistent_gemm.nn._rowwise_e4m3,
+// which calls this op for CUDA tensors.
+std::tuple<at::Tensor, at::Tensor> quantize_rowwise_e4m3_cuda(at::Tensor const& x) {
+  char const* op = "persistent_gemm.quantize_rowwise_e4m3";
+  TORCH_CHECK_VALUE(x.dim() == 2, msg(op, ": x must be a 2-D (rows, K) tensor, got ", x.dim(), "-D"));
+  TORCH_CHECK_VALUE(x.size(1) > 0, msg(op, ": x must have K > 0 (a row's amax sets its scale)"));
+  DType const dtype = input_dtype(op, x);
+  c10::cuda::CUDAGuard guard(x.device());
+  ArchModule const* mod = arch_for_device(x.get_device());
+  TORCH_CHECK(mod, msg(op, ": no persistent_gemm arch module is built for this GPU"));
+  int64_t const rows = x.size(0), k = x.size(1);
+  at::Tensor const xs = x.stride(1) == 1 ? x : x.contiguous();
+  auto data = at::empty({rows, k}, x.options().dtype(at::kFloat8_e4m3fn));
+  auto scale = at::empty({rows, 1}, x.options().dtype(at::kFloat));
+  if (rows == 0) return {data, scale};
+  QuantizeJob job;
+  job.x = xs.data_ptr();
+  job.x_dtype = dtype;
+  job.rows = rows, job.k = k, job.ldx = rows > 1 ? xs.stride(0) : k;
+  job.data = static_cast<uint8_t*>(data.data_ptr());
+  job.ldd = k;
+  job.scale = static_cast<uint8_t*>(scale.data_ptr());
+  job.rowwise = true;
   cudaError_t const err = mod->table->quantize_mxfp8(job, c10::cuda::getCurrentCUDAStream(x.get_device()));
   TORCH_CHECK(err == cudaSuccess, msg(op, ": launch failed: ", cudaGetErrorString(err)));
   return {data, scale};
@@ -91,6 +124,7 @@ at::Tensor dequantize_mx_cuda(at::Tensor const& data, at::Tensor const& scale) {
 
 TORCH_LIBRARY_IMPL(persistent_gemm, CUDA, m) {
   m.impl("quantize_mxfp8", &quantize_mxfp8_cuda);
+  m.impl("quantize_rowwise_e4m3", &quantize_rowwise_e4m3_cuda);
   m.impl("dequantize_mx", &dequantize_mx_cuda);
 }
 

@@ -111,3 +111,52 @@ def test_opcheck():
     x = wide(5, 70, torch.float32, seed=7)
     torch.library.opcheck(torch.ops.persistent_gemm.quantize_mxfp8.default, (x,), {"rule": "floor"},
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+# -- rowwise e4m3 (the fp8_rowwise Linear's activations; nn._rowwise_e4m3 is the definition) ------
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 31), (16, 4096), (129, 4128), (2, 300)], ids=ids)
+def test_rowwise_kernel_is_bitwise_the_reference(shape, dtype):
+    from persistent_gemm.nn import _rowwise_e4m3_reference
+
+    x = wide(*shape, dtype, seed=shape[0] * 7 + shape[1])
+    x[0, 0] = 0.0  # rows of mixed magnitudes; one all-zero row below when there are several
+    if shape[0] > 2:
+        x[2] = 0.0
+    got_d, got_s = torch.ops.persistent_gemm.quantize_rowwise_e4m3(x)
+    want_d, want_s = _rowwise_e4m3_reference(x)
+    assert got_d.dtype == torch.float8_e4m3fn and got_s.dtype == torch.float32 and got_s.shape == (shape[0], 1)
+    assert torch.equal(got_s, want_s)
+    assert torch.equal(bits(got_d), bits(want_d))
+
+
+def test_rowwise_special_values_and_strides():
+    from persistent_gemm.nn import _rowwise_e4m3, _rowwise_e4m3_reference
+
+    x = torch.randn(6, 700, device=CUDA)
+    x[1, 5] = float("nan")
+    x[2, 9] = float("inf")
+    x[3, 0] = -float("inf")
+    x[4] = 1e-30  # below the 1e-12 floor of the scale
+    got = torch.ops.persistent_gemm.quantize_rowwise_e4m3(x)
+    want = _rowwise_e4m3_reference(x)
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(got[0].float(), want[0].float(), rtol=0, atol=0, equal_nan=True)
+    # a column slice (row stride 1400) and the nn entry point take the kernel too
+    wide_x = torch.randn(5, 1400, device=CUDA, dtype=torch.bfloat16)[:, :700]
+    got = _rowwise_e4m3(wide_x)
+    want = _rowwise_e4m3_reference(wide_x)
+    assert torch.equal(got[1], want[1]) and torch.equal(bits(got[0]), bits(want[0]))
+
+
+def test_rowwise_opcheck_and_graph_capture():
+    x = torch.randn(8, 512, device=CUDA, dtype=torch.bfloat16)
+    torch.library.opcheck(torch.ops.persistent_gemm.quantize_rowwise_e4m3, (x,),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        d, s = torch.ops.persistent_gemm.quantize_rowwise_e4m3(x)
+    g.replay()
+    torch.cuda.synchronize()
+    want = torch.ops.persistent_gemm.quantize_rowwise_e4m3(x)
+    assert torch.equal(s, want[1]) and torch.equal(bits(d), bits(want[0]))

@@ -30,3 +30,48 @@ def test_weight_only_matches_float64_on_cuda(fmt, dtype, m, n, k):
     assert out.device.type == "cuda" and out.dtype == dtype
     err, bound = rel_err(out, ref), error_bound(rounding_err(ref, dtype), 1e-6)
     assert err <= bound, f"rel err {err:.3g} > {bound:.3g}"
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8_weight_only", "mxfp4_weight_only"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_swapped_linear_replays_in_a_cuda_graph(fmt, dtype):
+    # fp16 activations take the op's reference path; its e2m1 decode once copied a host table,
+    # which CUDA-graph capture refuses. Both paths capture and replay to the eager result.
+    from persistent_gemm import nn as pgnn
+
+    model = pgnn.quantize_(torch.nn.Sequential(torch.nn.Linear(512, 320)).to(CUDA, dtype), fmt)
+    x = randn(4, 512, dtype, seed=5, device=CUDA)
+    with torch.no_grad():
+        eager = model(x)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            model(x)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = model(x)
+        out.fill_(float("nan"))
+        g.replay()
+    torch.cuda.synchronize()
+    assert out.dtype == dtype and not out.isnan().any()
+    # cuBLAS may pick another algorithm under capture (the fp16 path's fp32 sums): one rounding
+    torch.testing.assert_close(out, eager, rtol=2**-9, atol=1e-4)
+
+
+def test_fp16_activations_say_they_take_the_reference():
+    # Once per process, so run it in a fresh one.
+    import subprocess
+    import sys
+
+    code = ("import warnings, torch, persistent_gemm as pg\n"
+            "w, s = pg.quantize_mxfp4(torch.randn(256, 512, device='cuda'))\n"
+            "pw = pg.prepare_weight(w, s, fmt='fp4')\n"
+            "with warnings.catch_warnings(record=True) as got:\n"
+            "    warnings.simplefilter('always')\n"
+            "    pg.mm(torch.randn(4, 512, device='cuda', dtype=torch.float16), pw)\n"
+            "    pg.mm(torch.randn(4, 512, device='cuda', dtype=torch.bfloat16), pw)\n"
+            "print(sum('fp16 activations run the exact reference' in str(x.message) for x in got))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "1"

@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 11;
+constexpr int kRegistryAbiVersion = 12;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -64,7 +64,7 @@ struct ScaleRelayout {
   uint8_t* dst = nullptr;  // (ceil(rows/128) * ceil(blocks/4)) atoms of 512 bytes
 };
 
-// One MXFP8 quantization (KernelTable::quantize_mxfp8): x (rows, K), row stride ldx elements,
+// One MXFP8 (or rowwise e4m3) quantization (KernelTable::quantize_mxfp8): x (rows, K), row stride ldx elements,
 // of x_dtype (BF16, FP16 or FP32) -> e4m3 data (rows, K), row stride ldd bytes, and e8m0 codes
 // (rows, ceil(K/32)), row stride ld_scale bytes. quant.py's quantize_mxfp8, bit for bit.
 struct QuantizeJob {
@@ -76,6 +76,10 @@ struct QuantizeJob {
   uint8_t* scale = nullptr;
   int64_t ld_scale = 0;
   bool rceil = false;  // the shared-exponent rule: false OCP floor, true round-up
+  // Rowwise e4m3 instead (the fp8_rowwise Linear's activations): one float32 scale per row,
+  // scale[row] = max(amax(|x_row|), 1e-12) / 448, data = clamp(x / scale, +-448) in e4m3 --
+  // persistent_gemm.nn's _rowwise_e4m3, bit for bit; `scale` then points at rows floats.
+  bool rowwise = false;
 };
 
 // One MX dequantization to bf16 (KernelTable::dequantize_mx): (rows, K) e4m3 data (row stride

@@ -205,6 +205,15 @@ def _quantize_mxfp8_fake(x, rule="floor"):
             x.new_empty((rows, (k + _MX_BLOCK - 1) // _MX_BLOCK), dtype=torch.float8_e8m0fnu))
 
 
+@torch.library.register_fake(f"{_LIB}::quantize_rowwise_e4m3")
+def _quantize_rowwise_e4m3_fake(x):
+    _check_2d("x", x)
+    torch._check(x.dtype in (torch.bfloat16, torch.float16, torch.float32),
+                 lambda: f"x must be bfloat16, float16 or float32, got {x.dtype}")
+    rows, k = x.shape
+    return x.new_empty((rows, k), dtype=torch.float8_e4m3fn), x.new_empty((rows, 1), dtype=torch.float32)
+
+
 # -- typed wrappers ----------------------------------------------------------------------------
 ConfigArg = Union[str, "KernelConfig", None]
 

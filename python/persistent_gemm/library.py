@@ -183,10 +183,11 @@ LOWERINGS: dict[tuple[str, str], Lowering] = {(r.arch, r.family): r for r in (
     Lowering("sm90a", "e4m3", "e4m3", "e4m3", **_SM90,
              primary=_FP8_TUNED + (Variant(True, True, "fp32", "tensor"), Variant(True, True, "fp32", "row")),
              tuned=_FP8_TUNED),
+    # SM100 16-bit mm: D in the inputs' dtype or fp32 (K-major operands; others take a K-major copy).
     Lowering("sm100a", "bf16", "bf16", "bf16", **_SM100,
-             primary=(Variant(True, True, "bf16"),), tuned=(Variant(True, True, "bf16"),)),
+             primary=(Variant(True, True, "bf16"), Variant(True, True, "fp32")), tuned=(Variant(True, True, "bf16"),)),
     Lowering("sm100a", "fp16", "fp16", "fp16", **_SM100,
-             primary=(Variant(True, True, "fp16"),), tuned=(Variant(True, True, "fp16"),)),
+             primary=(Variant(True, True, "fp16"), Variant(True, True, "fp32")), tuned=(Variant(True, True, "fp16"),)),
     Lowering("sm100a", "mxfp8", "e4m3", "e4m3", **_SM100_MX),
     Lowering("sm100a", "e4m3xe2m1", "e4m3", "e2m1", **_SM100_MX),
 )}

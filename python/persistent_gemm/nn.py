@@ -95,7 +95,20 @@ class QuantConfig:
 
 
 def _rowwise_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rows, K) -> e4m3 data and a (rows, 1) float32 scale: amax per row to 448."""
+    """(rows, K) -> e4m3 data and a (rows, 1) float32 scale: amax per row to 448. This is the
+    definition; on CUDA one kernel computes it bit for bit (the quantize_rowwise_e4m3 op)."""
+    if _ROWWISE_OP and x.is_cuda and x.dim() == 2 and x.shape[1] > 0 and x.dtype in _ROWWISE_DTYPES:
+        return torch.ops.persistent_gemm.quantize_rowwise_e4m3(x)
+    return _rowwise_e4m3_reference(x)
+
+
+_ROWWISE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# nn is imported after the extension registered its ops (persistent_gemm/__init__.py).
+_ROWWISE_OP = hasattr(torch.ops.persistent_gemm, "quantize_rowwise_e4m3")
+
+
+def _rowwise_e4m3_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_rowwise_e4m3` in torch ops (the CPU path and the GPU kernel's yardstick)."""
     x32 = x.float()
     scale = x32.abs().amax(dim=-1, keepdim=True).clamp(min=_TINY) / _E4M3_MAX
     return (x32 / scale).clamp(-_E4M3_MAX, _E4M3_MAX).to(torch.float8_e4m3fn), scale

@@ -96,22 +96,79 @@ __global__ void quantize_mxfp8_kernel(QuantizeJob job) {
   if (t % kThreadsPerBlock == 0) job.scale[row * job.ld_scale + blk] = uint8_t(code);
 }
 
+// Rowwise e4m3 (QuantizeJob::rowwise): one CTA per row, amax by a block reduction (NaN wins, as
+// torch's amax), then x / scale (IEEE division, as torch's) clamped and rounded to nearest-even.
+constexpr int kRowThreads = 256;
+constexpr float kRowTiny = 1e-12f;
+
+template <class T>
+__global__ void __launch_bounds__(kRowThreads) quantize_rowwise_e4m3_kernel(QuantizeJob job) {
+  __shared__ float partial[kRowThreads / 32];
+  __shared__ float row_scale;
+  int64_t const row = blockIdx.x;
+  T const* x = static_cast<T const*>(job.x) + row * job.ldx;
+  float amax = 0.0f;
+  for (int64_t c = threadIdx.x; c < job.k; c += kRowThreads) {
+    float const a = fabsf(to_float(x[c]));
+    amax = isnan(a) || isnan(amax) ? __int_as_float(0x7fc00000) : fmaxf(amax, a);
+  }
+  auto combine = [](float a, float b) { return isnan(a) || isnan(b) ? __int_as_float(0x7fc00000) : fmaxf(a, b); };
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) amax = combine(amax, __shfl_xor_sync(0xffffffffu, amax, d));
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = amax;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m = partial[0];
+    for (int w = 1; w < kRowThreads / 32; ++w) m = combine(m, partial[w]);
+    // clamp(min=tiny) keeps NaN, as torch's clamp does
+    float const s = (isnan(m) ? m : fmaxf(m, kRowTiny)) / kE4m3Max;
+    row_scale = s;
+    reinterpret_cast<float*>(job.scale)[row] = s;
+  }
+  __syncthreads();
+  float const s = row_scale;
+  uint8_t* out = job.data + row * job.ldd;
+  for (int64_t c = threadIdx.x; c < job.k; c += kRowThreads) {
+    float v = to_float(x[c]) / s;
+    if (!isnan(v)) v = fminf(fmaxf(v, -kE4m3Max), kE4m3Max);
+    out[c] = uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+  }
+}
+
+// launch(T{}) with T the job's input element type; the launch's error.
+template <class Launch>
+cudaError_t launch_for_input(QuantizeJob const& job, Launch&& launch) {
+  switch (job.x_dtype) {
+    case DType::BF16: launch(__nv_bfloat16{}); break;
+    case DType::FP16: launch(__half{}); break;
+    case DType::FP32: launch(float{}); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
 }  // namespace quant_detail
+
+inline cudaError_t quantize_rowwise_e4m3(QuantizeJob const& job, cudaStream_t stream) {
+  using namespace quant_detail;
+  if (job.rows == 0) return cudaSuccess;
+  if (job.rows > 0x7fffffff) return cudaErrorInvalidValue;
+  return launch_for_input(job, [&](auto element) {
+    quantize_rowwise_e4m3_kernel<decltype(element)><<<unsigned(job.rows), kRowThreads, 0, stream>>>(job);
+  });
+}
 
 inline cudaError_t quantize_mxfp8(QuantizeJob const& job, cudaStream_t stream) {
   using namespace quant_detail;
   if (job.rows < 0 || job.k < 0 || !job.x || !job.data || !job.scale) return cudaErrorInvalidValue;
+  if (job.rowwise) return quantize_rowwise_e4m3(job, stream);
   int64_t const threads_total = job.rows * ((job.k + kBlock - 1) / kBlock) * kThreadsPerBlock;
   if (threads_total == 0) return cudaSuccess;
   int const threads = 256;
   unsigned const grid = unsigned((threads_total + threads - 1) / threads);
-  switch (job.x_dtype) {
-    case DType::BF16: quantize_mxfp8_kernel<__nv_bfloat16><<<grid, threads, 0, stream>>>(job); break;
-    case DType::FP16: quantize_mxfp8_kernel<__half><<<grid, threads, 0, stream>>>(job); break;
-    case DType::FP32: quantize_mxfp8_kernel<float><<<grid, threads, 0, stream>>>(job); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return launch_for_input(job, [&](auto element) {
+    quantize_mxfp8_kernel<decltype(element)><<<grid, threads, 0, stream>>>(job);
+  });
 }
 
 }  // namespace persistent_gemm::host
