@@ -69,9 +69,11 @@ def test_fp16_activations_say_they_take_the_reference():
             "pw = pg.prepare_weight(w, s, fmt='fp4')\n"
             "with warnings.catch_warnings(record=True) as got:\n"
             "    warnings.simplefilter('always')\n"
-            "    pg.mm(torch.randn(4, 512, device='cuda', dtype=torch.float16), pw)\n"
-            "    pg.mm(torch.randn(4, 512, device='cuda', dtype=torch.bfloat16), pw)\n"
-            "print(sum('fp16 activations run the exact reference' in str(x.message) for x in got))\n")
+            "    for dtype in (torch.float16, torch.float16, torch.bfloat16):\n"
+            "        pg.mm(torch.randn(4, 512, device='cuda', dtype=dtype), pw)\n"
+            "torch.cuda.synchronize()\n"
+            "print('\\n'.join(str(x.message) for x in got))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "1"
+    # A C++ warning reaches Python's warnings or, outside a Python-bound call, stderr: once either way.
+    assert (out.stdout + out.stderr).count("fp16 activations run the exact reference") == 1, out.stdout + out.stderr

@@ -97,7 +97,8 @@ __global__ void quantize_mxfp8_kernel(QuantizeJob job) {
 }
 
 // Rowwise e4m3 (QuantizeJob::rowwise): one CTA per row, amax by a block reduction (NaN wins, as
-// torch's amax), then x / scale (IEEE division, as torch's) clamped and rounded to nearest-even.
+// torch's amax), the scale as torch computes amax / 448 (times the fp32 reciprocal), then
+// x / scale (IEEE division, as torch's tensor / tensor) clamped and rounded to nearest-even.
 constexpr int kRowThreads = 256;
 constexpr float kRowTiny = 1e-12f;
 
@@ -121,7 +122,8 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rowwise_e4m3_kernel(Quan
     float m = partial[0];
     for (int w = 1; w < kRowThreads / 32; ++w) m = combine(m, partial[w]);
     // clamp(min=tiny) keeps NaN, as torch's clamp does
-    float const s = (isnan(m) ? m : fmaxf(m, kRowTiny)) / kE4m3Max;
+    // torch divides by a scalar as a multiply by its fp32 reciprocal (ATen's div_true_kernel)
+    float const s = (isnan(m) ? m : fmaxf(m, kRowTiny)) * (1.0f / kE4m3Max);
     row_scale = s;
     reinterpret_cast<float*>(job.scale)[row] = s;
   }
