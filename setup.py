@@ -6,7 +6,7 @@
 Both end in ``pip install --no-build-isolation --no-deps -e .`` against the torch they installed;
 a plain ``pip install .`` (build isolation) stops at once with a message saying so.
 
-Environment (README.md, "Environment variables"): TORCH_CUDA_ARCH_LIST, PGEMM_KERNELS,
+Environment (docs/environment.md): TORCH_CUDA_ARCH_LIST, PGEMM_KERNELS,
 PGEMM_CUTLASS_PATH (or CUTLASS_PATH), MAX_JOBS.
 """
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One session on the H200 machine: build for sm_90a, run the GPU tests, run the benchmark.
-# Run from the repository root with the CUTLASS wheel downloaded into .whl/ (README,
+# Run from the repository root with the CUTLASS wheel downloaded into .whl/ (docs/benchmarks.md,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
 #   bash benchmarks/gpu_session.sh build|test|sanitize|verify|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]

@@ -8,7 +8,7 @@
 #   TORCH_SPEC    what to pip-install for torch (default: torch; e.g. 'torch==2.14.1', or
 #                 'torch --index-url https://download.pytorch.org/whl/cu128' for a given CUDA)
 #   MAX_JOBS      parallel compile jobs (default: the number of cores)
-#   TORCH_CUDA_ARCH_LIST, PGEMM_KERNELS, CUDA_HOME, PGEMM_CUTLASS_PATH: see README.md
+#   TORCH_CUDA_ARCH_LIST, PGEMM_KERNELS, CUDA_HOME, PGEMM_CUTLASS_PATH: see docs/environment.md
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 cd "$ROOT"

@@ -7,4 +7,4 @@ set -euo pipefail
 PYTHON=$PY "$ROOT/scripts/install.sh"
 echo "== test"
 cd "$ROOT"
-exec "$PY" -m pytest tests -q "$@"
+exec "$PY" -m pytest tests -q --durations=15 "$@"
