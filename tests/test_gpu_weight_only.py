@@ -1,7 +1,7 @@
 """Weight-only MX on a GPU (issue 24): ``pg.mm(x, prepared_weight)`` on CUDA tensors against
-float64, NaN-poisoned outputs, bf16 and fp16 activations, both weight formats. Until the fused
-kernels land the op runs its reference path there (fp64 accumulation): these tests pin its
-semantics and device handling, and will hold the kernels to the same bound."""
+float64, NaN-poisoned outputs, bf16 activations (the fused kernels where built) and fp16 ones (the
+exact reference, which warns once), both weight formats, CUDA-graph replay of swapped Linears.
+The kernels' own suite is tests/test_gpu_weight_only_kernels.py."""
 
 import pytest
 import torch
