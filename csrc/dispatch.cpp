@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 #include <mutex>
+#include <string_view>
 
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -513,14 +514,22 @@ at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Ten
   check_extents(op, p);
   auto const& mod = require_arch(op, a);
   Request req = request_for(p, to_dtype(a.scalar_type()), e2m1 ? DType::E2M1 : DType::E4M3, ScaleMode::Block32, config);
-  // The fused kernel is the decode GEMV (bf16 activations, M <= 64 tokens); every other problem
-  // (prefill, fp16 activations) runs the op's exact reference, as explain() says. A forced
-  // config goes to the chooser, which says why it cannot run.
+  // Hopper only so far (issue 24): on another arch the reference would run silently at a
+  // fraction of the speed the user chose the format for.
+  TORCH_CHECK_NOT_IMPLEMENTED(self_check::use_fallback(mod) || std::string_view(mod.table->arch) == "sm90a", op,
+                              ": the weight-only MX kernels are Hopper-only (sm90a) so far; this GPU's module is ",
+                              mod.table->arch, ". Use mxfp8_mm / fp8_fp4_mm (e4m3 activations, which have ",
+                              mod.table->arch, " kernels), run on the CPU for the exact reference, or set "
+                              "PGEMM_FALLBACK=torch to run that reference on this GPU.");
+  // The fused kernels take bf16 activations: the decode GEMV (M <= 64 tokens) and the bf16 route
+  // (prefill). fp16 activations, or a build without a fitting kernel, run the op's exact
+  // reference, as explain() says. A forced config goes to the chooser, which says why it cannot run.
   if (self_check::use_fallback(mod) || (!config && !has_candidate(*mod.table, req))) {
-    if (a.scalar_type() == at::kHalf)  // the slow path an fp16 model takes silently otherwise
+    if (a.scalar_type() == at::kHalf) {  // the slow path an fp16 model takes silently otherwise
       TORCH_WARN_ONCE(op, ": fp16 activations run the exact reference on the GPU (dequantize the weight, fp32 "
                       "sums), many times slower than the fused kernels, which take bf16 activations (bf16 cannot "
                       "hold fp16 values exactly, so nothing converts them for you). Said once per process.");
+    }
     return weight_only_mm_ref(a, b, scale_b, out_dtype, scale_b_layout, std::nullopt, bias);
   }
   return launch(op, mod, req, Operands{a, b.t(), at::Tensor(), scale_b, {ScaleLayout::Plain, layout, "scale_b_layout"}},
