@@ -113,6 +113,9 @@ def _valid(cfg, m, n, k) -> bool:
     return True
 
 
+_KERNELS_PER_FILE = 12
+
+
 def _probe_sources(arch: str) -> tuple[dict, list]:
     """{file name: source}: one TU per builder header (the build compiles each header's kernels
     apart too; the MX bf16 route's collective does not compile after the dense builder in one
@@ -140,8 +143,10 @@ def _probe_sources(arch: str) -> tuple[dict, list]:
                         f"{str(arch == 'sm100a').lower()}, {str(c.dtype in E2M1_DTYPES).lower()}, "
                         f"persistent_gemm::ScaleMode::{scale}}},\n")
             names.append((c, v))
-    # The TUs of one header open with the same #include and their own namespace blocks: they concatenate.
-    files = {f"{header}.cu": "\n".join(texts) for header, texts in tus.items()}
+    # The TUs of one header open with the same #include and their own namespace blocks: they
+    # concatenate, a few kernels a file, so build_host_program's parallel compiles stay balanced.
+    files = {f"{header}_{i // _KERNELS_PER_FILE}.cu": "\n".join(texts[i:i + _KERNELS_PER_FILE])
+             for header, texts in tus.items() for i in range(0, len(texts), _KERNELS_PER_FILE)}
     shapes = ", ".join(f"{{{m}, {n}, {k}}}" for m, n, k in SHAPES)
     decl = '#include "persistent_gemm/registry.h"\nnamespace persistent_gemm::gen {\n' + "".join(decls) + "}\n"
     files["main.cu"] = decl + _MAIN.substitute(table="".join(rows), shapes=shapes)

@@ -37,14 +37,28 @@ def _nvcc() -> str:
 
 def build_host_program(sources, exe, flags=("-std=c++17", "--expt-relaxed-constexpr"), timeout=900) -> str:
     """nvcc ``sources`` (host programs: tests/host/*.cu, generated probes) into ``exe`` with the
-    project's, CUTLASS's and CCCL's headers; the test fails with nvcc's stderr if it does not build."""
+    project's, CUTLASS's and CCCL's headers; the test fails with nvcc's stderr if it does not build.
+    Several sources compile in parallel, one nvcc per core (one nvcc call takes its files one
+    after another, and pytest leaves the other cores idle), then link."""
     nvcc, cutlass = _nvcc(), _cutlass()
     home = Path(nvcc).resolve().parents[1]
-    cmd = [nvcc, *flags, f"-I{ROOT / 'include'}", f"-I{cutlass / 'include'}",
-           f"-I{cutlass / 'tools' / 'util' / 'include'}", f"-I{home / 'include' / 'cccl'}", *map(str, sources),
-           "-o", str(exe)]
-    build = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    assert build.returncode == 0, build.stderr[-4000:]
+    includes = [f"-I{ROOT / 'include'}", f"-I{cutlass / 'include'}", f"-I{cutlass / 'tools' / 'util' / 'include'}",
+                f"-I{home / 'include' / 'cccl'}"]
+    sources = [str(s) for s in sources]
+    if len(sources) == 1:
+        steps = [[nvcc, *flags, *includes, sources[0], "-o", str(exe)]]
+    else:
+        objects = [f"{exe}.{i}.o" for i in range(len(sources))]
+        steps = [[nvcc, *flags, *includes, "-c", src, "-o", obj] for src, obj in zip(sources, objects)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(steps), os.cpu_count() or 1))) as pool:
+        results = list(pool.map(lambda cmd: subprocess.run(cmd, capture_output=True, text=True, timeout=timeout), steps))
+    for r in results:
+        assert r.returncode == 0, r.stderr[-4000:]
+    if len(sources) > 1:
+        link = subprocess.run([nvcc, *flags, *objects, "-o", str(exe)], capture_output=True, text=True, timeout=timeout)
+        assert link.returncode == 0, link.stderr[-4000:]
     return str(exe)
 
 
