@@ -1,0 +1,76 @@
+"""What the (possibly narrowed) build holds: built configs, their output dtypes and accumulation."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import pytest
+import torch
+
+import persistent_gemm as pg
+
+from .common import OUT_DTYPES
+
+# -- what the build holds -------------------------------------------------------------------------
+_FASTACC_RE = re.compile(r"_fastacc(?:_s\d+)?$")
+
+
+def family_of(name: str) -> str:
+    """The dtype family of a canonical config name: ``sm90a_e4m3_...`` -> ``e4m3``."""
+    return name.split("_")[1]
+
+
+def is_fast_accum(entry: dict) -> bool:
+    return bool(entry["fast_accum"]) if "fast_accum" in entry else bool(_FASTACC_RE.search(entry["config"]))
+
+
+def _built_entries() -> list[dict]:
+    if not pg.extension_available():
+        return []
+    return list(pg._C.built_kernels())
+
+
+def built_configs(family: str, fast_accum: Optional[bool] = None, arch: Optional[str] = None) -> list[str]:
+    """Sorted canonical names of the built configs of a dtype family (bf16, fp16, e4m3, mxfp8,
+    e4m3xe2m1), optionally only fast- or promoted-accumulation ones, optionally one arch.
+    ``[]`` when nothing matches or the extension is missing, so it is safe in parametrize
+    (an empty parameter set is reported as one skipped test)."""
+    names = set()
+    for e in _built_entries():
+        name = e["config"]
+        if family_of(name) != family or (arch is not None and not name.startswith(arch + "_")):
+            continue
+        if fast_accum is not None and is_fast_accum(e) != fast_accum:
+            continue
+        names.add(name)
+    return sorted(names)
+
+
+_REG_DTYPES = {0: torch.bfloat16, 1: torch.float16, 2: torch.float32}  # registry.h's DType
+
+
+def config_out_dtypes(name: str) -> tuple:
+    """Output dtypes a forced config serves: those its variants write, and every one if it has
+    an fp32 variant (the dispatcher casts fp32 down once). Shape-tuned configs carry only the
+    common fast path, so forcing them with another out dtype is a clear error, not a test."""
+    written = {_REG_DTYPES.get(e["d_dtype"]) for e in _built_entries() if e["config"] == name}
+    return OUT_DTYPES if torch.float32 in written else tuple(d for d in OUT_DTYPES if d in written)
+
+
+def config_is_fast_accum(name: str) -> bool:
+    """Whether a built config accumulates FP8 the fast way (else by its name's token)."""
+    for e in _built_entries():
+        if e["config"] == name:
+            return is_fast_accum(e)
+    return bool(_FASTACC_RE.search(name))
+
+
+def requires_config(name: str) -> None:
+    """Skip the calling test unless ``name`` is built (PGEMM_KERNELS narrows the build)."""
+    if name not in {e["config"] for e in _built_entries()}:
+        pytest.skip(f"config {name} is not built in this build")
+
+
+def catalogue_config(name: str):
+    return next(c for c in pg.CATALOGUE if c.name == name)
