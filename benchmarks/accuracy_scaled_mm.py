@@ -11,12 +11,12 @@ markdown table.
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
 import torch
 
 import persistent_gemm as pg
+from bench_mm import write_csv
 
 KS = (4096, 8192, 16384, 28672)
 
@@ -69,11 +69,7 @@ def main() -> int:
             print(" ".join(f"{key}={val:.3e}" if isinstance(val, float) else f"{key}={val}"
                            for key, val in row.items()), flush=True)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.with_suffix(".csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out.with_suffix(".csv"), rows)
     lines = [f"GPU: {torch.cuda.get_device_name()}; fp32 output, relative Frobenius error vs float64, "
              f"worst of {args.seeds} seeds, M = {args.m}, N = {args.n}", "",
              "| K | scales | ours promoted | torch promoted | ours fast | torch fast | our fast kernel |",

@@ -21,7 +21,6 @@ calls, GPU not waited on; the launch path's cost, which graphs remove).
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import statistics
 import time
@@ -31,6 +30,7 @@ import torch
 
 import persistent_gemm as pg
 from persistent_gemm.tuning import replay_times
+from bench_mm import write_csv
 
 WEIGHTS = [(8192, 8192), (4096, 14336), (28672, 8192)]  # (N, K): the weight is N x K
 TOKENS = [1, 8, 16]
@@ -130,16 +130,9 @@ def main() -> int:
                         print(f"  forced {label}: {med[label]:.2f} us ({forced_rows[-1]['vs_cublas']}x)", flush=True)
                 print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{out}.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(f"{out}.csv", rows)
     if forced_rows:
-        with open(f"{out}_forced.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(forced_rows[0]))
-            w.writeheader()
-            w.writerows(forced_rows)
+        write_csv(f"{out}_forced.csv", forced_rows)
     lines = [f"# Decode in CUDA-graph replay ({torch.cuda.get_device_name(0)}, torch {torch.__version__})", "",
              "| op | M | N | K | ours us | cuBLAS us | ours / cuBLAS speed | ours GB/s | cuBLAS GB/s | host us ours / cuBLAS | config |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
-import statistics
-import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 import persistent_gemm as pg
 from persistent_gemm import nn as pgnn
+
+from bench_mm import copies_for, write_csv  # L2 rotation, the CSV writer
+from bench_mx import capture, host_us_per_call, time_graphs  # the MX tables' graph and eager timing
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -43,41 +42,6 @@ class Block(torch.nn.Module):
         return h + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
-def eager_us(fn, x, calls: int) -> float:
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn(x)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
-
-
-def graph_us(models, x, iters: int) -> float:
-    """Median µs per forward of replaying a graph that runs each of ``models`` once (copies of
-    one model: their weights together exceed L2, so no replay reads a cached weight)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for m in models:
-            m(x)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for m in models:
-            m(x)
-    for _ in range(3):
-        g.replay()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / len(models))
-    return statistics.median(times)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--d", type=int, default=4096)
@@ -93,13 +57,11 @@ def main() -> int:
         raise SystemExit("bench_linear.py needs a GPU and persistent_gemm's CUDA kernels")
     gpu = torch.cuda.get_device_name()
     torch.manual_seed(0)
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for kind in ("linear", "block"):
         base = (torch.nn.Sequential(torch.nn.Linear(args.d, args.d, bias=False)) if kind == "linear"
                 else Block(args.d, args.ffn)).cuda()
-        wbytes = sum(p.numel() * 2 for p in base.parameters())
-        copies = max(2, min(8, -(-2 * l2 // wbytes) + 1))
+        copies = copies_for(sum(p.numel() * 2 for p in base.parameters()))  # bf16 weights past 2x L2
         for dname in args.dtypes.split(","):
             dtype = DTYPES[dname]
             ref = copy.deepcopy(base).to(dtype)
@@ -118,8 +80,10 @@ def main() -> int:
                         with torch.no_grad():
                             y, want = models[0](x), ref(x)
                             err = ((y.float() - want.float()).norm() / want.float().norm()).item()
-                            host = eager_us(models[0], x, args.calls)
-                            graph = graph_us(models, x, args.iters)
+                            host = host_us_per_call([lambda m=models[0]: m(x)], args.calls)
+                            # one graph runs each copy once: no replay reads a weight from L2
+                            graph = time_graphs({fmt: capture([lambda m=m: m(x) for m in models], len(models))},
+                                                len(models), args.iters)[fmt] * 1e3
                     except Exception as e:
                         print(f"{kind} {dname} {fmt} M={t}: failed: {str(e).splitlines()[0]}", flush=True)
                         torch.cuda.synchronize()
@@ -131,13 +95,8 @@ def main() -> int:
                           f"out {rows[-1]['out_dtype']:<9} err vs torch {err:.1e}", flush=True)
                 del models
                 torch.cuda.empty_cache()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    print(f"wrote {out}")
+    write_csv(args.out, rows)
+    print(f"wrote {args.out}")
     return 0
 
 

@@ -49,6 +49,17 @@ SUITE = {
 QUICK = {"square": [(8192, 8192, 8192)], "ragged": [(3000, 8192, 8192)], "unaligned": [(8191, 8191, 8192)]}
 
 
+def write_csv(path, rows: list, fieldnames=None) -> None:
+    """``rows`` (dicts) to the CSV file ``path``, its folder made; the header is ``fieldnames``, else
+    the first row's keys. Every benchmark writes its table through this."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fieldnames or list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def copies_for(nbytes: int) -> int:
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     return max(2, min(16, math.ceil(2 * l2 / max(nbytes, 1)) + 1))
@@ -206,10 +217,7 @@ def host_overhead(out: Path, calls: int = 2000) -> None:
         us = (time.perf_counter() - t0) / calls * 1e6
         rows.append(dict(call=label, us_per_call=us))
         print(f"host overhead {label:<18} {us:6.2f} us/call", flush=True)
-    with open(out.with_name(out.name + "_overhead.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out.with_name(out.name + "_overhead.csv"), rows)
 
 
 def main() -> int:
@@ -263,10 +271,7 @@ def main() -> int:
                       + (f"  stock CUTLASS {row['cutlass_tflops']:7.1f}" if math.isfinite(cutlass_ms) else ""),
                       flush=True)
                 del inputs
-    with open(out.with_suffix(".csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out.with_suffix(".csv"), rows)
     lines = [f"GPU: {gpu}; medians of {args.iters} CUDA-event timings per call, ours and the peer interleaved, "
              f"after {args.warmup} warm-up calls", "",
              "Each row compares like with like: same inputs, bf16 output, same accumulation mode "

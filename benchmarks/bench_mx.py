@@ -43,7 +43,6 @@ Ratios are speedups: ratio_vs_X = X's ms / this contender's ms (> 1: this one is
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import statistics
 import sys
@@ -56,7 +55,7 @@ try:
     import persistent_gemm as pg
     from persistent_gemm.quant import E2M1_VALUES, e8m0_to_float
 
-    from bench_mm import copies_for, time_interleaved  # bench_mm's L2 rotation and round-robin timing
+    from bench_mm import copies_for, time_interleaved, write_csv  # bench_mm's L2 rotation, timing, CSV
 except ImportError:  # --help and the pure helpers work without the package
     pg = None
     E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
@@ -520,10 +519,7 @@ def main() -> int:
     if not rows:
         print("no rows")
         return 1
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(csv_path, rows, FIELDS)
     md = summary(rows, bw, gpu, args)
     csv_path.with_suffix(".md").write_text(md)
     print(md)

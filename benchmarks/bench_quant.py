@@ -18,7 +18,6 @@ matters at decode. Results to ``--out``.csv.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from persistent_gemm.quant import quantize_mxfp8_reference
 from persistent_gemm.tuning import replay_times
 
 from bench_decode import host_us  # the same eager host-time measure as the decode table
+from bench_mm import write_csv
 
 TOKENS = [1, 16, 128, 2048, 8192]
 KS = [4096, 8192]
@@ -74,11 +74,7 @@ def main() -> int:
             print(f"{m:>6} {k:>6} | {kern:8.2f} {comp:8.2f} {eager:8.2f} {gemm:8.2f}    | {share:6.1%} | "
                   f"{host_k:.1f} / {host_e:.1f}   ({gbs:.0f} GB/s)")
     out = Path(args.out + ".csv")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0]))
-        wr.writeheader()
-        wr.writerows(rows)
+    write_csv(out, rows)
     print(f"wrote {out}")
     return 0
 

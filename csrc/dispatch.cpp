@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <limits>
 #include <mutex>
-#include <string_view>
 
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -516,7 +515,8 @@ at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Ten
   Request req = request_for(p, to_dtype(a.scalar_type()), e2m1 ? DType::E2M1 : DType::E4M3, ScaleMode::Block32, config);
   // Hopper only so far (issue 24): on another arch the reference would run silently at a
   // fraction of the speed the user chose the format for.
-  TORCH_CHECK_NOT_IMPLEMENTED(self_check::use_fallback(mod) || std::string_view(mod.table->arch) == "sm90a", op,
+  bool const fallback = self_check::use_fallback(mod);
+  TORCH_CHECK_NOT_IMPLEMENTED(fallback || mod.table->sm_major == 9, op,
                               ": the weight-only MX kernels are Hopper-only (sm90a) so far; this GPU's module is ",
                               mod.table->arch, ". Use mxfp8_mm / fp8_fp4_mm (e4m3 activations, which have ",
                               mod.table->arch, " kernels), run on the CPU for the exact reference, or set "
@@ -524,7 +524,7 @@ at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Ten
   // The fused kernels take bf16 activations: the decode GEMV (M <= 64 tokens) and the bf16 route
   // (prefill). fp16 activations, or a build without a fitting kernel, run the op's exact
   // reference, as explain() says. A forced config goes to the chooser, which says why it cannot run.
-  if (self_check::use_fallback(mod) || (!config && !has_candidate(*mod.table, req))) {
+  if (fallback || (!config && !has_candidate(*mod.table, req))) {
     if (a.scalar_type() == at::kHalf) {  // the slow path an fp16 model takes silently otherwise
       TORCH_WARN_ONCE(op, ": fp16 activations run the exact reference on the GPU (dequantize the weight, fp32 "
                       "sums), many times slower than the fused kernels, which take bf16 activations (bf16 cannot "

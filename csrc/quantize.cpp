@@ -26,32 +26,42 @@ DType input_dtype(char const* op, at::Tensor const& x) {
   }
 }
 
-std::tuple<at::Tensor, at::Tensor> quantize_mxfp8_cuda(at::Tensor const& x, c10::string_view rule) {
-  char const* op = "persistent_gemm.quantize_mxfp8";
-  TORCH_CHECK_VALUE(x.dim() == 2, msg(op, ": x must be a 2-D (rows, K) tensor, got ", x.dim(), "-D"));
-  DType const dtype = input_dtype(op, x);
-  TORCH_CHECK_VALUE(rule == "floor" || rule == "rceil", msg(op, ": rule must be 'floor' or 'rceil', got '",
-                                                             std::string(rule), "'"));
+// The quantizers' shared body: x (rows, K) of `dtype` -> e4m3 data (rows, K) and `scale`, by the
+// arch module's kernel on the current stream. `job` arrives with its kind set (the MX rule and
+// ld_scale, or rowwise); the input, the data and the scale's pointer are filled here.
+std::tuple<at::Tensor, at::Tensor> run_quantizer(char const* op, at::Tensor const& x, DType dtype,
+                                                 at::IntArrayRef scale_shape, at::ScalarType scale_dtype,
+                                                 QuantizeJob job) {
   c10::cuda::CUDAGuard guard(x.device());
   ArchModule const* mod = arch_for_device(x.get_device());
   TORCH_CHECK(mod, msg(op, ": no persistent_gemm arch module is built for this GPU"));
-  int64_t const rows = x.size(0), k = x.size(1), nb = (k + 31) / 32;
+  int64_t const rows = x.size(0), k = x.size(1);
   at::Tensor const xs = x.stride(1) == 1 || k <= 1 ? x : x.contiguous();
   auto data = at::empty({rows, k}, x.options().dtype(at::kFloat8_e4m3fn));
-  auto scale = at::empty({rows, nb}, x.options().dtype(at::kFloat8_e8m0fnu));
+  auto scale = at::empty(scale_shape, x.options().dtype(scale_dtype));
   if (rows == 0 || k == 0) return {data, scale};
-  QuantizeJob job;
   job.x = xs.data_ptr();
   job.x_dtype = dtype;
   job.rows = rows, job.k = k, job.ldx = rows > 1 ? xs.stride(0) : k;
   job.data = static_cast<uint8_t*>(data.data_ptr());
   job.ldd = k;
   job.scale = static_cast<uint8_t*>(scale.data_ptr());
-  job.ld_scale = nb;
-  job.rceil = rule == "rceil";
   cudaError_t const err = mod->table->quantize_mxfp8(job, c10::cuda::getCurrentCUDAStream(x.get_device()));
   TORCH_CHECK(err == cudaSuccess, msg(op, ": launch failed: ", cudaGetErrorString(err)));
   return {data, scale};
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_mxfp8_cuda(at::Tensor const& x, c10::string_view rule) {
+  char const* op = "persistent_gemm.quantize_mxfp8";
+  TORCH_CHECK_VALUE(x.dim() == 2, msg(op, ": x must be a 2-D (rows, K) tensor, got ", x.dim(), "-D"));
+  DType const dtype = input_dtype(op, x);
+  TORCH_CHECK_VALUE(rule == "floor" || rule == "rceil", msg(op, ": rule must be 'floor' or 'rceil', got '",
+                                                             std::string(rule), "'"));
+  int64_t const nb = (x.size(1) + 31) / 32;
+  QuantizeJob job;
+  job.ld_scale = nb;
+  job.rceil = rule == "rceil";
+  return run_quantizer(op, x, dtype, {x.size(0), nb}, at::kFloat8_e8m0fnu, job);
 }
 
 // quantize_rowwise_e4m3 on CUDA: the fp8_rowwise Linear's activations in one kernel, no host
@@ -62,25 +72,9 @@ std::tuple<at::Tensor, at::Tensor> quantize_rowwise_e4m3_cuda(at::Tensor const& 
   TORCH_CHECK_VALUE(x.dim() == 2, msg(op, ": x must be a 2-D (rows, K) tensor, got ", x.dim(), "-D"));
   TORCH_CHECK_VALUE(x.size(1) > 0, msg(op, ": x must have K > 0 (a row's amax sets its scale)"));
   DType const dtype = input_dtype(op, x);
-  c10::cuda::CUDAGuard guard(x.device());
-  ArchModule const* mod = arch_for_device(x.get_device());
-  TORCH_CHECK(mod, msg(op, ": no persistent_gemm arch module is built for this GPU"));
-  int64_t const rows = x.size(0), k = x.size(1);
-  at::Tensor const xs = x.stride(1) == 1 ? x : x.contiguous();
-  auto data = at::empty({rows, k}, x.options().dtype(at::kFloat8_e4m3fn));
-  auto scale = at::empty({rows, 1}, x.options().dtype(at::kFloat));
-  if (rows == 0) return {data, scale};
   QuantizeJob job;
-  job.x = xs.data_ptr();
-  job.x_dtype = dtype;
-  job.rows = rows, job.k = k, job.ldx = rows > 1 ? xs.stride(0) : k;
-  job.data = static_cast<uint8_t*>(data.data_ptr());
-  job.ldd = k;
-  job.scale = static_cast<uint8_t*>(scale.data_ptr());
   job.rowwise = true;
-  cudaError_t const err = mod->table->quantize_mxfp8(job, c10::cuda::getCurrentCUDAStream(x.get_device()));
-  TORCH_CHECK(err == cudaSuccess, msg(op, ": launch failed: ", cudaGetErrorString(err)));
-  return {data, scale};
+  return run_quantizer(op, x, dtype, {x.size(0), 1}, at::kFloat, job);
 }
 
 // dequantize_mx on CUDA: (rows, K) e4m3 or (rows, K/2) packed e2m1 data and their plain e8m0

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional, Union
 import torch
 
 from . import jit as _jit
+from .quant import _NATIVE_DTYPES
 
 if TYPE_CHECKING:
     from .catalogue import KernelConfig
@@ -195,11 +196,15 @@ def _dequantize_mx_fake(data, scale):
     return data.new_empty((data.shape[0], k), dtype=torch.bfloat16)
 
 
+def _check_quantizer_input(x):
+    """The CUDA quantizers' input rules (csrc/quantize.cpp): 2-D, bf16 / fp16 / fp32."""
+    _check_2d("x", x)
+    torch._check(x.dtype in _NATIVE_DTYPES, lambda: f"x must be bfloat16, float16 or float32, got {x.dtype}")
+
+
 @torch.library.register_fake(f"{_LIB}::quantize_mxfp8")
 def _quantize_mxfp8_fake(x, rule="floor"):
-    _check_2d("x", x)
-    torch._check(x.dtype in (torch.bfloat16, torch.float16, torch.float32),
-                 lambda: f"x must be bfloat16, float16 or float32, got {x.dtype}")
+    _check_quantizer_input(x)
     rows, k = x.shape
     return (x.new_empty((rows, k), dtype=torch.float8_e4m3fn),
             x.new_empty((rows, (k + _MX_BLOCK - 1) // _MX_BLOCK), dtype=torch.float8_e8m0fnu))
@@ -207,9 +212,7 @@ def _quantize_mxfp8_fake(x, rule="floor"):
 
 @torch.library.register_fake(f"{_LIB}::quantize_rowwise_e4m3")
 def _quantize_rowwise_e4m3_fake(x):
-    _check_2d("x", x)
-    torch._check(x.dtype in (torch.bfloat16, torch.float16, torch.float32),
-                 lambda: f"x must be bfloat16, float16 or float32, got {x.dtype}")
+    _check_quantizer_input(x)
     rows, k = x.shape
     return x.new_empty((rows, k), dtype=torch.float8_e4m3fn), x.new_empty((rows, 1), dtype=torch.float32)
 

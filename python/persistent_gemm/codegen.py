@@ -289,6 +289,11 @@ def catalogue_table(configs: Sequence[KernelConfig] = CATALOGUE,
 def _kernel_part(config: KernelConfig, v: Variant, entry: Optional[Template]) -> tuple[str, str]:
     """(the header it needs, the namespace-scope text) of ``config`` lowered with variant ``v``:
     its ``Gemm`` alias in ``k_<ident>`` and its entry points (``entry``, default the module's)."""
+    header, text = _kernel_text(config, v, entry)
+    return f"kernel/{header}.hpp", text
+
+
+def _kernel_text(config: KernelConfig, v: Variant, entry: Optional[Template]) -> tuple[str, str]:
     low = lowering(config.arch, config.dtype)
     kid = ident(f"{config.name}__{v.suffix}")
     fill = dict(config.template_args(), suffix=v.suffix, ident=kid, d_type=ELEMENTS[v.out].cpp,
@@ -310,11 +315,10 @@ def _kernel_part(config: KernelConfig, v: Variant, entry: Optional[Template]) ->
             fill, builder=low.builder, operand_x=low.operand_x,
             x_role="the weight (swap-AB; D written transposed)" if config.swap_ab else "the activations")
     if low.epilogue_args:
-        ta = fill
         arch_aliases = (f"constexpr auto kScale = persistent_gemm::ScaleMode::{SCALE_MODES[v.scale]};\n"
                         f"constexpr bool kTmaStore = {str(v.tma_store).lower()};\n"
-                        f"using Accumulation = {ta['accum']};\n"
-                        f"constexpr bool kSwapAB = {ta['swap_ab']};  // weight as A, D written transposed\n")
+                        f"using Accumulation = {fill['accum']};\n"
+                        f"constexpr bool kSwapAB = {fill['swap_ab']};  // weight as A, D written transposed\n")
         arch_args = ", kScale, kTmaStore, Accumulation, kSwapAB"
     else:
         arch_aliases, arch_args = "", ""
@@ -326,8 +330,7 @@ def _kernel_part(config: KernelConfig, v: Variant, entry: Optional[Template]) ->
 
 def _tu(what: str, parts: Sequence[tuple[str, str]]) -> str:
     """A translation unit of ``parts`` ((header, text) pairs): each header included once."""
-    includes = "".join(f'#include "persistent_gemm/{h}"\n' if h == _SCHEDULE_HEADER
-                       else f'#include "persistent_gemm/kernel/{h}.hpp"\n' for h in dict.fromkeys(h for h, _ in parts))
+    includes = "".join(f'#include "persistent_gemm/{h}"\n' for h in dict.fromkeys(h for h, _ in parts))
     return _TU.substitute(what=what, includes=includes, bodies="".join(t for _, t in parts))
 
 
@@ -338,13 +341,14 @@ def config_tus(config: KernelConfig, chosen: Sequence[Variant], entry: Optional[
     why = config.kernel_rejection()
     if why:
         raise ValueError(f"no kernel to generate for {config.name}: {why}")
+    walk = walk and config.kernel != "gemv"
     parts = [_kernel_part(config, v, entry) for v in chosen]
     cap = MAX_KERNELS_PER_TU
     chunks = [parts[i:i + cap] for i in range(0, len(parts), cap)] or [[]]
-    if walk and config.kernel != "gemv":
+    if walk:
         chunks[0].insert(0, (_SCHEDULE_HEADER, _SCHEDULE.substitute(config.template_args(), ident=ident(config.name))))
     return [_tu(f"{config.name} (variants {', '.join(v.suffix for v in chosen[i * cap:(i + 1) * cap]) or 'none'}"
-                f"{'; its scheduler walk' if i == 0 and walk and config.kernel != 'gemv' else ''})", chunk)
+                f"{'; its scheduler walk' if i == 0 and walk else ''})", chunk)
             for i, chunk in enumerate(chunks)]
 
 
@@ -428,7 +432,8 @@ def _write_arch_module(out: Path, arch: str, configs: Sequence[KernelConfig],
                        chosen: Optional[dict] = None) -> list[Path]:
     """An arch module's sources in ``out``: per config one TU with its scheduler walk and its
     kernel variants (``chosen[name]``, else :func:`variants`), per MX family one GEMV TU, the
-    kernel table, the scale relayout and the Python entry. Shared by the build (:func:`generate`) and the JIT (:func:`jit_sources`)."""
+    kernel table, the scale relayout and the Python entry. Shared by the build
+    (:func:`generate`) and the JIT (:func:`jit_sources`)."""
     files: list[Path] = []
     gemv: dict[str, list] = {}
     for c in configs:

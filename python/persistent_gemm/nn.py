@@ -44,7 +44,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from .quant import MX_BLOCK, RULES, quantize_mxfp4, quantize_mxfp8
+from .quant import _NATIVE_DTYPES, MX_BLOCK, RULES, quantize_mxfp4, quantize_mxfp8
 from .scale_layout import to_blocked
 
 __all__ = ["FORMATS", "QuantConfig", "Linear", "quantize_"]
@@ -97,12 +97,11 @@ class QuantConfig:
 def _rowwise_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(rows, K) -> e4m3 data and a (rows, 1) float32 scale: amax per row to 448. This is the
     definition; on CUDA one kernel computes it bit for bit (the quantize_rowwise_e4m3 op)."""
-    if _ROWWISE_OP and x.is_cuda and x.dim() == 2 and x.shape[1] > 0 and x.dtype in _ROWWISE_DTYPES:
+    if _ROWWISE_OP and x.is_cuda and x.dim() == 2 and x.shape[1] > 0 and x.dtype in _NATIVE_DTYPES:
         return torch.ops.persistent_gemm.quantize_rowwise_e4m3(x)
     return _rowwise_e4m3_reference(x)
 
 
-_ROWWISE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # nn is imported after the extension registered its ops (persistent_gemm/__init__.py).
 _ROWWISE_OP = hasattr(torch.ops.persistent_gemm, "quantize_rowwise_e4m3")
 

@@ -108,12 +108,10 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rowwise_e4m3_kernel(Quan
   __shared__ float row_scale;
   int64_t const row = blockIdx.x;
   T const* x = static_cast<T const*>(job.x) + row * job.ldx;
-  float amax = 0.0f;
-  for (int64_t c = threadIdx.x; c < job.k; c += kRowThreads) {
-    float const a = fabsf(to_float(x[c]));
-    amax = isnan(a) || isnan(amax) ? __int_as_float(0x7fc00000) : fmaxf(amax, a);
-  }
+  // max that keeps NaN (fmaxf drops it), as torch's amax does
   auto combine = [](float a, float b) { return isnan(a) || isnan(b) ? __int_as_float(0x7fc00000) : fmaxf(a, b); };
+  float amax = 0.0f;
+  for (int64_t c = threadIdx.x; c < job.k; c += kRowThreads) amax = combine(amax, fabsf(to_float(x[c])));
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) amax = combine(amax, __shfl_xor_sync(0xffffffffu, amax, d));
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = amax;
@@ -121,8 +119,8 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rowwise_e4m3_kernel(Quan
   if (threadIdx.x == 0) {
     float m = partial[0];
     for (int w = 1; w < kRowThreads / 32; ++w) m = combine(m, partial[w]);
-    // clamp(min=tiny) keeps NaN, as torch's clamp does
-    // torch divides by a scalar as a multiply by its fp32 reciprocal (ATen's div_true_kernel)
+    // clamp(min=tiny) keeps NaN, as torch's clamp does; torch divides by the scalar 448 as a
+    // multiply by its fp32 reciprocal (ATen's div_true_kernel)
     float const s = (isnan(m) ? m : fmaxf(m, kRowTiny)) * (1.0f / kE4m3Max);
     row_scale = s;
     reinterpret_cast<float*>(job.scale)[row] = s;
