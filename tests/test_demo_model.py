@@ -235,6 +235,13 @@ def test_demo_prints_the_real_model_table(monkeypatch, capsys, tmp_path):
     assert set(rows) == {"torch bf16", *nn.FORMATS}, out
     assert all(rows[f][-1] == "ok" for f in nn.FORMATS) and "FAIL" not in out, out
     assert "measured on a GPU only" in out
+    # Issue 23: the model cast whole to bf16 and to fp16, then swapped, answers in its own dtype.
+    half = {line.split(" | ")[0].strip(): line for line in out.splitlines()
+            if " | " in line and len(line.split(" | ")[0].split()) == 2 and line.split()[0] in ("bf16", "fp16")}
+    want = {f"{t} {f}" for t in ("bf16", "fp16") for f in ("torch",) + nn.FORMATS}
+    assert set(half) == want, out
+    assert all(line.endswith(" ok") and ("float16" if name.startswith("fp16") else "bfloat16") in line
+               for name, line in half.items()), out
     # Newcomer report #22: a path the user gave that is missing or unreadable fails, named; no
     # weights at all is a skip.
     assert demo.real_model("cpu", str(tmp_path / "missing.whl")) == 1

@@ -144,53 +144,70 @@ def real_model(device: str, weights: Optional[str] = None) -> int:
           f"e.g. {example}, ...")
     print("  swapped: the 32 block Linears (c_attn, attn c_proj, c_fc, mlp c_proj; K = 256 or 1024); lm_head "
           "(tied to wte, N = 9669, not a multiple of 32) stays torch in every format")
-    if cuda:
-        g = torch.Generator().manual_seed(1)
-        prefill = torch.randint(dm.FIRST_GENUS, model.cfg.vocab, (128, 256), generator=g).to(device)
-        decode = torch.randint(dm.FIRST_GENUS, model.cfg.vocab, (64, 1), generator=g).to(device)
-        bf16 = copy.deepcopy(model).bfloat16()
-        torch_ms = (_cuda_ms(lambda: bf16(prefill)), _cuda_ms(lambda: bf16(decode)))
-        speed_head = " | prefill 128x256 ms  | decode 64x1 ms"
-        speed_sub = " | swapped  torch bf16 | swapped  torch bf16"
-    else:
-        speed_head = speed_sub = ""
-    print(f"  {'format':<17} | logits vs original    | {'worst GEMM: rel. err vs':<29}{speed_head}")
-    print(f"  {'':<17} | rel. err  top-1 agree | original op.  dequantized op.{speed_sub}")
-
-    def speed(ms: Optional[tuple]) -> str:
-        if not cuda:
-            return ""
-        mine = ("{:>7.3f}".format(ms[0]), "{:>7.3f}".format(ms[1])) if ms else ("{:>7}".format("-"),) * 2
-        return f" | {mine[0]}  {torch_ms[0]:>10.3f} | {mine[1]}  {torch_ms[1]:>10.3f}"
-
-    yard = bf16(tokens) if cuda else copy.deepcopy(model).bfloat16()(tokens)
+    print(f"  {'format':<17} | logits vs original    | {'worst GEMM: rel. err vs':<29}")
+    print(f"  {'':<17} | rel. err  top-1 agree | original op.  dequantized op.")
+    yard = copy.deepcopy(model).bfloat16()(tokens)
     print(f"  {'torch bf16':<17} | {dm.rel_err(yard, ref):.2e}  {dm.top1_agreement(yard, ref):>10.2f}% | "
-          f"{'-':>12}  {'-':>15}{speed(None)}")
+          f"{'-':>12}  {'-':>15}")
     failed = 0
     for fmt in pg.nn.FORMATS:
         try:
             d = dm.measure_drift(model, tokens, fmt, reference=ref)
-            ms = None
-            if cuda:
-                swapped = dm.swap(bf16, fmt)
-                ms = (_cuda_ms(lambda: swapped(prefill)), _cuda_ms(lambda: swapped(decode)))
         except (RuntimeError, ValueError) as e:  # a format with no kernel here (or not built) says so
             print(f"  {fmt:<17} | not available here: {str(e).splitlines()[0]}")
             continue
         ok = d.worst_dequantized < GEMM_TOL
         failed += not ok
         print(f"  {fmt:<17} | {d.err_logits:.2e}  {d.top1:>10.2f}% | {d.worst_original:>12.2e}  "
-              f"{d.worst_dequantized:>10.1e} {'ok' if ok else 'FAIL':>4}{speed(ms)}")
+              f"{d.worst_dequantized:>10.1e} {'ok' if ok else 'FAIL':>4}")
     print("  rel. err: relative Frobenius error. logits: the swapped model (activations fp32 between the GEMMs) "
           "against the original fp32 model, i.e. quantization + kernel error; top-1 agree: % of positions whose "
           "most likely next genus is the original's.")
     print("  worst GEMM: the largest over the 32 swapped GEMMs, each on the activations it got in the swapped "
           "forward, against the float64 product of the original operands (quantization + kernel) and of its own "
           f"dequantized operands (same quantized weight and activations: the kernel's error alone; ok < {GEMM_TOL:g}).")
+    return failed + _half_models(model, tokens, ref, cuda)
+
+
+def _half_models(model, tokens: torch.Tensor, ref: torch.Tensor, cuda: bool) -> int:
+    """The model as it is served: cast whole to bf16 or fp16, then swapped. Each swapped model must
+    answer in its own dtype with finite logits; on a GPU, its prefill and decode time beside the
+    torch model in the same dtype. Returns the number of failed checks."""
+    from . import demo_model as dm
+
+    print("\n  the model cast to bf16 / fp16, then swapped (activations in that dtype between the GEMMs):")
+    head = f"  {'dtype format':<23} | out dtype | logits rel. err  top-1"
     if cuda:
-        print("  speed: CUDA-event median of 20 forwards after 5 warm-ups, bf16 activations, swapped vs the torch "
-              "model in bf16; at d=256 the GEMMs are tiny, so the forward is launch-bound, and lm_head (torch in both) "
-              "is a large share of it.")
+        g = torch.Generator().manual_seed(1)
+        prefill = torch.randint(dm.FIRST_GENUS, model.cfg.vocab, (128, 256), generator=g).to(tokens.device)
+        decode = torch.randint(dm.FIRST_GENUS, model.cfg.vocab, (64, 1), generator=g).to(tokens.device)
+        head += " | prefill 128x256 ms: swapped / torch | decode 64x1 ms: swapped / torch"
+    print(head)
+    failed = 0
+    for dtype, tag in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+        base = copy.deepcopy(model).to(dtype)
+        if cuda:
+            torch_ms = (_cuda_ms(lambda: base(prefill)), _cuda_ms(lambda: base(decode)))
+        for fmt in ("torch",) + pg.nn.FORMATS:
+            try:
+                net = base if fmt == "torch" else dm.swap(base, fmt)
+                out = net(tokens)
+            except (RuntimeError, ValueError) as e:
+                print(f"  {tag + ' ' + fmt:<23} | not available here: {str(e).splitlines()[0]}")
+                continue
+            ok = out.dtype == dtype and bool(torch.isfinite(out).all())
+            failed += not ok
+            line = (f"  {tag + ' ' + fmt:<23} | {str(out.dtype).replace('torch.', ''):<9} | "
+                    f"{dm.rel_err(out, ref):.2e}  {dm.top1_agreement(out, ref):>10.2f}%")
+            if cuda:
+                ms = (_cuda_ms(lambda: net(prefill)), _cuda_ms(lambda: net(decode)))
+                line += (f" | {ms[0]:>8.3f} / {torch_ms[0]:.3f} ({ms[0] / torch_ms[0]:.2f}x)"
+                         f"      | {ms[1]:>8.3f} / {torch_ms[1]:.3f} ({ms[1] / torch_ms[1]:.2f}x)")
+            print(f"{line} {'ok' if ok else 'FAIL'}")
+    print("  ok: the output is in the model's dtype and finite. logits against the original fp32 model.")
+    if cuda:
+        print("  speed: CUDA-event median of 20 forwards after 5 warm-ups (eager, no graphs); at d=256 the GEMMs "
+              "are tiny, so the forward is launch-bound, and lm_head (torch in both) is a large share of it.")
     else:
         print("  speed: measured on a GPU only.")
     return failed
