@@ -4,6 +4,11 @@ one Linear and on a synthetic Llama-shaped block (q, k, v, o, gate, up, down; Si
 
     python benchmarks/bench_linear.py [--d 4096] [--ffn 14336] [--tokens 1,16] [--dtypes bf16,fp16]
                                       [--formats mxfp8,fp8_fp4,...] [--out benchmarks/results/h200_linear.csv]
+                                      [--breakdown]
+
+``--breakdown`` only splits one Linear's host µs (M = 1, bf16) into its parts: the whole forward,
+the activation quantizer op, the GEMM op on pre-quantized operands, and their sum's remainder
+(Python), beside ``F.linear`` and an empty aten op -- where a swapped Linear's host time goes.
 
 Eager µs/call: wall time of ``--calls`` back-to-back forwards divided by their count, the queue
 drained before and after (at decode sizes the GPU is idle most of that time, so this is the host
@@ -42,6 +47,39 @@ class Block(torch.nn.Module):
         return h + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
+def breakdown(d: int, calls: int) -> None:
+    """Host µs of one swapped Linear's parts at M = 1 (see the module docstring)."""
+    ops = torch.ops.persistent_gemm
+    x = torch.randn(1, d, device="cuda", dtype=torch.bfloat16)
+    lin = torch.nn.Linear(d, d, bias=False).cuda().bfloat16()
+    rows = [("F.linear", lambda: F.linear(x, lin.weight)), ("aten.alias (empty op)", lambda: torch.ops.aten.alias(x))]
+    for fmt in ("fp8_rowwise", "mxfp8", "fp8_fp4", "mxfp4_weight_only"):
+        m = pgnn.quantize_(copy.deepcopy(torch.nn.Sequential(lin)), fmt)[0]
+        q, wt, ws = m.qconfig, m.weight_q.t(), m.weight_scale
+        if fmt == "fp8_rowwise":
+            quant = lambda: ops.quantize_rowwise_e4m3(x)  # noqa: E731
+            xq, xs = quant()
+            gemm = lambda: ops.scaled_mm.default(xq, wt, xs, ws, torch.bfloat16, q.use_fast_accum, None, None)  # noqa: E731
+        elif fmt == "mxfp4_weight_only":
+            quant = None
+            gemm = lambda: ops.weight_only_mm.default(x, wt, ws, torch.bfloat16, "blocked", None, None)  # noqa: E731
+        else:
+            quant = lambda: ops.quantize_mxfp8.default(x, q.rule)  # noqa: E731
+            xq, xs = quant()
+            op = ops.mxfp8_mm if fmt == "mxfp8" else ops.fp8_fp4_mm
+            gemm = lambda op=op, xq=xq, xs=xs: op.default(xq, wt, xs, ws, torch.bfloat16, "plain", None, "blocked", None)  # noqa: E731
+        rows += [(f"{fmt}: forward", lambda m=m: m(x)), (f"{fmt}: GEMM op", gemm)]
+        if quant is not None:
+            rows.append((f"{fmt}: quantizer op", quant))
+    for mode, ctx in (("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode)):
+        with ctx():
+            for name, fn in rows:
+                for _ in range(20):
+                    fn()
+                us = min(host_us_per_call([fn], calls) for _ in range(5))
+                print(f"breakdown {mode:<14} {name:<32} {us:7.1f} us/call", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--d", type=int, default=4096)
@@ -52,9 +90,13 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", default="benchmarks/results/h200_linear.csv")
+    ap.add_argument("--breakdown", action="store_true", help="only split one Linear's host time into its parts")
     args = ap.parse_args()
     if not pg.extension_available() or not torch.cuda.is_available():
         raise SystemExit("bench_linear.py needs a GPU and persistent_gemm's CUDA kernels")
+    if args.breakdown:
+        breakdown(args.d, args.calls)
+        return 0
     gpu = torch.cuda.get_device_name()
     torch.manual_seed(0)
     rows = []

@@ -31,7 +31,8 @@ from persistent_gemm.catalogue import CATALOGUE
 pytestmark = pytest.mark.gpu
 
 CUDA = "cuda"
-SCHEDULED = [c.name for c in CATALOGUE if c.arch == ARCH]
+# The decode GEMV walks weight strips, not the tile scheduler: it has no device walk to compare.
+SCHEDULED = [c.name for c in CATALOGUE if c.arch == ARCH and c.kernel != "gemv"]
 ids = lambda s: "x".join(map(str, s))  # noqa: E731
 
 
