@@ -5,10 +5,12 @@
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Iinclude -I$CUTLASS/include --expt-relaxed-constexpr \
 //        benchmarks/gemv_probe.cu -o /tmp/gemv_probe && /tmp/gemv_probe fp4 1 8192 8192
+//   /tmp/gemv_probe fp4 1 8192 8192 20 1 bf16   # bf16 activations (weight_only_mm's kernel)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -57,13 +59,27 @@ double graph_replay_us(cudaStream_t st, int per, int iters, Launch&& launch) {
   return times[times.size() / 2];
 }
 
+static double bf16v(uint8_t lo, uint8_t hi) {
+  uint32_t const bits = (uint32_t(hi) << 24) | (uint32_t(lo) << 16);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 template <class Gemv>
 int probe(int M, int N, int K, int iters, bool fp4) {
+  constexpr bool bf16x = Gemv::kBf16X;
   std::mt19937 rng(1234);
   int const wrow = fp4 ? K / 2 : K, kb = K / 32, ka = (kb + 3) / 4, bands = (N + 127) / 128;
-  std::vector<uint8_t> w(size_t(N) * wrow), x(size_t(M) * K), ws(size_t(N) * kb), xs(size_t(M) * kb);
+  std::vector<uint8_t> w(size_t(N) * wrow), x(size_t(M) * K * (bf16x ? 2 : 1)), ws(size_t(N) * kb), xs(size_t(M) * kb);
   for (auto& b : w) { b = rng() & 0xFF; if (!fp4 && (b & 0x7F) == 0x7F) b = 0x3F; }
-  for (auto& b : x) { b = rng() & 0xFF; if ((b & 0x7F) == 0x7F) b = 0x3F; }
+  // bf16 activations: high bytes of exponent 120..134 (finite), any low byte.
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint8_t b = rng() & 0xFF;
+    if (bf16x) b = (i % 2) ? uint8_t((b & 0x80) | (0x3C + (b & 0x3) )) : b;
+    else if ((b & 0x7F) == 0x7F) b = 0x3F;
+    x[i] = b;
+  }
   for (auto& b : ws) b = 110 + rng() % 30;
   for (auto& b : xs) b = 110 + rng() % 30;
   std::vector<uint8_t> wsb(size_t(bands) * ka * 512, 127);
@@ -92,7 +108,7 @@ int probe(int M, int N, int K, int iters, bool fp4) {
   GemmArgs g;
   g.m = N, g.n = M, g.k = K;
   g.a = dw[0], g.lda = wrow, g.b = dx, g.ldb = K, g.d = dd, g.ldd = N;
-  g.scale_a = dws[0], g.scale_b = dxs, g.ld_scale_b = kb;
+  g.scale_a = dws[0], g.scale_b = bf16x ? nullptr : dxs, g.ld_scale_b = bf16x ? 0 : kb;
   g.scale_mode = ScaleMode::Block32;
   g.sm_count = sms;
   void* wsp = nullptr;
@@ -111,8 +127,9 @@ int probe(int M, int N, int K, int iters, bool fp4) {
       double s = 0, mag = 0;
       for (int k = 0; k < K; ++k) {
         double const wv = fp4 ? e2m1((w[size_t(r) * wrow + k / 2] >> (4 * (k % 2))) & 15) : e4m3(w[size_t(r) * wrow + k]);
-        double const p = wv * std::ldexp(1.0, ws[size_t(r) * kb + k / 32] - 127) * e4m3(x[size_t(t) * K + k]) *
-                         std::ldexp(1.0, xs[size_t(t) * kb + k / 32] - 127);
+        double const xv = bf16x ? bf16v(x[2 * (size_t(t) * K + k)], x[2 * (size_t(t) * K + k) + 1])
+                                : e4m3(x[size_t(t) * K + k]) * std::ldexp(1.0, xs[size_t(t) * kb + k / 32] - 127);
+        double const p = wv * std::ldexp(1.0, ws[size_t(r) * kb + k / 32] - 127) * xv;
         s += p, mag += std::fabs(p);
       }
       double const err = std::fabs(d[size_t(t) * N + r] - s) / (mag + 1e-30);
@@ -125,22 +142,32 @@ int probe(int M, int N, int K, int iters, bool fp4) {
     g.a = dw[i % copies], g.scale_a = dws[i % copies];
     CK(Gemv::run(g, st));
   });
-  std::printf("%s M=%d N=%d K=%d tokens=%d ctas/sm=%d stages=%d workers=%d: %.2f us, %.2f TB/s of weight+scales, "
-              "max rel err %.3g\n", fp4 ? "fp4" : "fp8", M, N, K, int(Gemv::kNTiles * 8), int(Gemv::kCtasPerSm), int(Gemv::kStages),
+  std::printf("%s x %s M=%d N=%d K=%d tokens=%d ctas/sm=%d stages=%d workers=%d: %.2f us, %.2f TB/s of weight+scales, "
+              "max rel err %.3g\n", fp4 ? "fp4" : "fp8", bf16x ? "bf16" : "e4m3", M, N, K, int(Gemv::kNTiles * 8),
+              int(Gemv::kCtasPerSm), int(Gemv::kStages),
               int(Gemv::schedule(g).workers), us, wbytes / us * 1e-6, worst);
   return worst < 1e-5 ? 0 : 1;
 }
 
-template <class W>
+template <class W, class X>
 int dispatch(int M, int N, int K, int iters, bool fp4, int ctas) {
-  if (ctas == 2 && M <= 8) return probe<kernel::Sm90MxGemv<W, float, 8, 2>>(M, N, K, iters, fp4);
-  // Two 16-token FP4 rings (with their f16 activation buffers) do not fit half an SM.
-  if constexpr (std::is_same_v<W, kernel::GemvWeightE4m3>)
-    if (ctas == 2 && M <= 16) return probe<kernel::Sm90MxGemv<W, float, 16, 2>>(M, N, K, iters, fp4);
-  if (M <= 8) return probe<kernel::Sm90MxGemv<W, float, 8>>(M, N, K, iters, fp4);
-  if (M <= 16) return probe<kernel::Sm90MxGemv<W, float, 16>>(M, N, K, iters, fp4);
-  if (M <= 32) return probe<kernel::Sm90MxGemv<W, float, 32>>(M, N, K, iters, fp4);
-  return probe<kernel::Sm90MxGemv<W, float, 64>>(M, N, K, iters, fp4);
+  using D = float;
+  if (ctas == 2 && M <= 8) return probe<kernel::Sm90MxGemv<W, X, D, 8, 2>>(M, N, K, iters, fp4);
+  if (M <= 8) return probe<kernel::Sm90MxGemv<W, X, D, 8>>(M, N, K, iters, fp4);
+  if (M <= 16) return probe<kernel::Sm90MxGemv<W, X, D, 16>>(M, N, K, iters, fp4);
+#ifndef PROBE_MAX16  // -DPROBE_MAX16: only the 8- and 16-token kernels (a quicker compile)
+  if (M <= 32) return probe<kernel::Sm90MxGemv<W, X, D, 32>>(M, N, K, iters, fp4);
+  return probe<kernel::Sm90MxGemv<W, X, D, 64>>(M, N, K, iters, fp4);
+#else
+  std::printf("built with PROBE_MAX16: M <= 16 only\n");
+  return 2;
+#endif
+}
+
+template <class X>
+int by_weight(bool fp4, int M, int N, int K, int iters, int ctas) {
+  return fp4 ? dispatch<kernel::GemvWeightE2m1, X>(M, N, K, iters, true, ctas)
+             : dispatch<kernel::GemvWeightE4m3, X>(M, N, K, iters, false, ctas);
 }
 
 // The floor of graph_replay_us: an empty kernel with the GEMV's launch attributes
@@ -170,13 +197,14 @@ static int floor_probe(int iters, int blocks) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "empty") return floor_probe(50, argc > 2 ? std::atoi(argv[2]) : 132);
   if (argc < 5) {
-    std::printf("usage: %s fp4|fp8 M N K [iters [ctas_per_sm]] | empty [blocks]\n", argv[0]);
+    std::printf("usage: %s fp4|fp8 M N K [iters [ctas_per_sm [e4m3|bf16]]] | empty [blocks]\n", argv[0]);
     return 2;
   }
   bool const fp4 = std::string(argv[1]) == "fp4";
   int const M = std::atoi(argv[2]), N = std::atoi(argv[3]), K = std::atoi(argv[4]);
   int const iters = argc > 5 ? std::atoi(argv[5]) : 20;
   int const ctas = argc > 6 ? std::atoi(argv[6]) : 1;
-  return fp4 ? dispatch<kernel::GemvWeightE2m1>(M, N, K, iters, true, ctas)
-             : dispatch<kernel::GemvWeightE4m3>(M, N, K, iters, false, ctas);
+  bool const bf16x = argc > 7 && std::string(argv[7]) == "bf16";
+  return bf16x ? by_weight<kernel::ActivationsBf16>(fp4, M, N, K, iters, ctas)
+               : by_weight<kernel::ActivationsE4m3>(fp4, M, N, K, iters, ctas);
 }
