@@ -7,8 +7,9 @@ one Linear and on a synthetic Llama-shaped block (q, k, v, o, gate, up, down; Si
                                       [--breakdown]
 
 ``--breakdown`` only splits one Linear's host µs (M = 1, bf16) into its parts: the whole forward,
-the activation quantizer op, the GEMM op on pre-quantized operands, and their sum's remainder
-(Python), beside ``F.linear`` and an empty aten op -- where a swapped Linear's host time goes.
+the activation quantizer op, the GEMM op on pre-quantized operands, the one-call
+``quantized_linear`` op the module uses, beside ``F.linear`` and an empty aten op -- where a
+swapped Linear's host time goes.
 
 Eager µs/call: wall time of ``--calls`` back-to-back forwards divided by their count, the queue
 drained before and after (at decode sizes the GPU is idle most of that time, so this is the host
@@ -70,7 +71,9 @@ def breakdown(d: int, calls: int) -> None:
             gemm = lambda op=op, xq=xq, xs=xs: op.default(xq, wt, xs, ws, torch.bfloat16, "plain", None, "blocked", None)  # noqa: E731
         rows += [(f"{fmt}: forward", lambda m=m: m(x)), (f"{fmt}: GEMM op", gemm)]
         if quant is not None:
-            rows.append((f"{fmt}: quantizer op", quant))
+            fused = lambda m=m, fmt=fmt, q=q: ops.quantized_linear.default(  # noqa: E731
+                x, m.weight_q, m.weight_scale, fmt, torch.bfloat16, None, q.rule, q.use_fast_accum, None)
+            rows += [(f"{fmt}: quantizer op", quant), (f"{fmt}: quantized_linear op", fused)]
     for mode, ctx in (("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode)):
         with ctx():
             for name, fn in rows:

@@ -287,6 +287,14 @@ TORCH_LIBRARY(persistent_gemm, m) {
   m.def("quantize_rowwise_e4m3(Tensor x) -> (Tensor, Tensor)");
   // The MX dequantization to bf16 (CUDA only): the baseline "dequantize, then torch.mm" pays it.
   m.def("dequantize_mx(Tensor data, Tensor scale) -> Tensor");
+  // One swapped Linear of persistent_gemm.nn in one call (its host cost): x (rows, K) bf16 / fp16
+  // / fp32 quantized as `format` defines it (fp8_rowwise: e4m3 and a row scale; mxfp8, fp8_fp4:
+  // MXFP8 by `rule`), times the prepared weight_q (N, K) with weight_scale (fp8_rowwise: (1, N)
+  // fp32; MX: blocked e8m0), i.e. scaled_mm / mxfp8_mm / fp8_fp4_mm of the quantized x and
+  // weight_q.t(). CPU: python/persistent_gemm/_ops.py, from the same definitions.
+  m.def(
+      "quantized_linear(Tensor x, Tensor weight_q, Tensor weight_scale, str format, ScalarType? out_dtype=None, "
+      "Tensor? bias=None, str rule='floor', bool use_fast_accum=False, str? config=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(persistent_gemm, CPU, m) {
@@ -305,7 +313,29 @@ TORCH_LIBRARY_IMPL(persistent_gemm, CUDA, m) {
   m.impl("weight_only_mm", &weight_only_mm_cuda);
 }
 
+namespace {
+
+// Refused like the GEMM ops' operands: x included (its quantization has no derivative), as the
+// two-call path refused the scale derived from it.
+at::Tensor quantized_linear_autograd(at::Tensor const& x, at::Tensor const& weight_q, at::Tensor const& weight_scale,
+                                     c10::string_view format, std::optional<at::ScalarType> out_dtype,
+                                     std::optional<at::Tensor> const& bias, c10::string_view rule,
+                                     bool use_fast_accum, std::optional<c10::string_view> config) {
+  refuse_grad("persistent_gemm.quantized_linear",
+              {{"x", &x}, {"weight_q", &weight_q}, {"weight_scale", &weight_scale}, {"bias", &or_none(bias)}});
+  at::AutoDispatchBelowADInplaceOrView below;
+  using Sig = at::Tensor(at::Tensor const&, at::Tensor const&, at::Tensor const&, c10::string_view,
+                         std::optional<at::ScalarType>, std::optional<at::Tensor> const&, c10::string_view, bool,
+                         std::optional<c10::string_view>);
+  static auto const op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("persistent_gemm::quantized_linear", "").typed<Sig>();
+  return op.call(x, weight_q, weight_scale, format, out_dtype, bias, rule, use_fast_accum, config);
+}
+
+}  // namespace
+
 TORCH_LIBRARY_IMPL(persistent_gemm, Autograd, m) {
+  m.impl("quantized_linear", &quantized_linear_autograd);
   m.impl("mm", &mm_autograd);
   m.impl("scaled_mm", &scaled_mm_autograd);
   m.impl("mxfp8_mm", &mx_autograd<kMxfp8Name, kMxfp8Schema>);

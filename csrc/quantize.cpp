@@ -114,12 +114,44 @@ at::Tensor dequantize_mx_cuda(at::Tensor const& data, at::Tensor const& scale) {
   return out;
 }
 
+// quantized_linear on CUDA: one swapped Linear (persistent_gemm.nn) in one op call -- its
+// activations' quantizer kernel, then the GEMM op's own CUDA entry (its checks, kernel choice and
+// launch), with no second trip through the dispatcher and Python. The CPU path (_ops.py) composes
+// the same two definitions.
+at::Tensor quantized_linear_cuda(at::Tensor const& x, at::Tensor const& weight_q, at::Tensor const& weight_scale,
+                                 c10::string_view format, std::optional<at::ScalarType> out_dtype,
+                                 std::optional<at::Tensor> const& bias, c10::string_view rule, bool use_fast_accum,
+                                 std::optional<c10::string_view> config) {
+  char const* op = "persistent_gemm.quantized_linear";
+  auto same_device = [&](char const* name, at::Tensor const& t) {
+    TORCH_CHECK_VALUE(t.device() == x.device(), msg(op, ": x is on ", x.device(), ", ", name, " on ", t.device(),
+                                                    "; every operand must be on one device"));
+  };
+  same_device("weight_q", weight_q);
+  same_device("weight_scale", weight_scale);
+  if (bias && bias->defined()) same_device("bias", *bias);
+  TORCH_CHECK(weight_q.dim() == 2, msg(op, ": weight_q must be a 2-D tensor, got ", weight_q.dim(), "-D"));
+  int64_t const k = weight_q.size(1) * (weight_q.scalar_type() == at::kFloat4_e2m1fn_x2 ? 2 : 1);
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == k,
+              msg(op, ": x has K = ", x.dim() == 2 ? x.size(1) : -1, ", weight_q K = ", k));
+  if (format == "fp8_rowwise") {
+    auto const [xq, xs] = quantize_rowwise_e4m3_cuda(x);
+    return scaled_mm_cuda(xq, weight_q.t(), xs, weight_scale, out_dtype, use_fast_accum, config, bias, 1.0, 1.0);
+  }
+  TORCH_CHECK_VALUE(format == "mxfp8" || format == "fp8_fp4",
+                    msg(op, ": format must be 'fp8_rowwise', 'mxfp8' or 'fp8_fp4', got '", std::string(format), "'"));
+  auto const [xq, xs] = quantize_mxfp8_cuda(x, rule);
+  auto const gemm = format == "mxfp8" ? &mxfp8_mm_cuda : &fp8_fp4_mm_cuda;
+  return gemm(xq, weight_q.t(), xs, weight_scale, out_dtype, "plain", config, "blocked", bias);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(persistent_gemm, CUDA, m) {
   m.impl("quantize_mxfp8", &quantize_mxfp8_cuda);
   m.impl("quantize_rowwise_e4m3", &quantize_rowwise_e4m3_cuda);
   m.impl("dequantize_mx", &dequantize_mx_cuda);
+  m.impl("quantized_linear", &quantized_linear_cuda);
 }
 
 }  // namespace persistent_gemm

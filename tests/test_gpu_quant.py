@@ -160,3 +160,37 @@ def test_rowwise_opcheck_and_graph_capture():
     torch.cuda.synchronize()
     want = torch.ops.persistent_gemm.quantize_rowwise_e4m3(x)
     assert torch.equal(s, want[1]) and torch.equal(bits(d), bits(want[0]))
+
+
+# -- quantized_linear: one swapped Linear in one op call (issue 23) -------------------------------
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("fmt", ["fp8_rowwise", "mxfp8", "fp8_fp4"])
+@pytest.mark.parametrize("rows", [1, 37, 300])
+def test_quantized_linear_is_bitwise_the_two_calls(fmt, dtype, rows):
+    from persistent_gemm._ops import _linear_parts
+    from persistent_gemm.nn import QuantConfig, quantize_
+
+    lin = quantize_(torch.nn.Sequential(torch.nn.Linear(512, 200)), QuantConfig(fmt)).cuda()[0]
+    x = wide(rows, 512, dtype, seed=rows).clamp(-1e4, 1e4)
+    out = torch.float16 if dtype == torch.float16 else torch.bfloat16
+    bias = lin.bias.to(out)
+    pg._C.set_poison_outputs(True)
+    try:
+        got = torch.ops.persistent_gemm.quantized_linear(x, lin.weight_q, lin.weight_scale, fmt, out, bias)
+        # the two calls on the GPU: the quantizer op (the kernel), then the GEMM op
+        xq, xs = (torch.ops.persistent_gemm.quantize_rowwise_e4m3(x) if fmt == "fp8_rowwise"
+                  else torch.ops.persistent_gemm.quantize_mxfp8(x, "floor"))
+        gemm = _linear_parts(fmt, "floor")[1]
+        want = (gemm(xq, lin.weight_q.t(), xs, lin.weight_scale, out, False, None, bias) if fmt == "fp8_rowwise"
+                else gemm(xq, lin.weight_q.t(), xs, lin.weight_scale, out, "plain", None, "blocked", bias))
+    finally:
+        pg._C.set_poison_outputs(False)
+    assert got.dtype == out and not got.isnan().any()
+    assert torch.equal(got, want)
+    assert torch.equal(lin(x), got)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        replayed = torch.ops.persistent_gemm.quantized_linear(x, lin.weight_q, lin.weight_scale, fmt, out, bias)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(replayed, got)

@@ -149,3 +149,63 @@ def test_a_forced_config_goes_through_the_ops_resolution(monkeypatch):
     wrong = pg.nn.quantize_(MLP(), pg.nn.QuantConfig("mxfp8", config=bf16))
     with pytest.raises(ValueError, match="is a bf16 kernel; (these operands need|this op takes) (a )?mxfp8 kernel"):
         wrong(x)
+
+
+# -- one op call per swapped Linear (issue 23: the per-Linear host cost) -----------------------------
+LINEAR_X = ["fp8_rowwise", "mxfp8", "fp8_fp4"]
+
+
+def two_calls(lin, x2, out_dtype):
+    """The swapped Linear as two op calls: its activation quantizer, then its GEMM op."""
+    from persistent_gemm._ops import _linear_parts
+
+    q = lin.qconfig
+    quantize, gemm = _linear_parts(q.format, q.rule)
+    xq, xs = quantize(x2)
+    bias = None if lin.bias is None else lin.bias.to(out_dtype)
+    if q.format == "fp8_rowwise":
+        return gemm(xq, lin.weight_q.t(), xs, lin.weight_scale, out_dtype, q.use_fast_accum, None, bias)
+    return gemm(xq, lin.weight_q.t(), xs, lin.weight_scale, out_dtype, "plain", None, "blocked", bias)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("fmt", LINEAR_X)
+def test_quantized_linear_is_the_quantizer_then_the_gemm(fmt, dtype):
+    lin = pg.nn.quantize_(MLP(), pg.nn.QuantConfig(fmt, rule="rceil" if fmt == "fp8_fp4" else "floor")).up
+    x = (torch.randn(5, 64, generator=torch.Generator().manual_seed(3)) * 4).to(dtype)
+    out = dtype  # the module answers in the activation's dtype
+    got = torch.ops.persistent_gemm.quantized_linear(x, lin.weight_q, lin.weight_scale, fmt, out, lin.bias.to(out),
+                                                     lin.qconfig.rule)
+    assert got.dtype == out and got.shape == (5, 128)
+    assert torch.equal(got, two_calls(lin, x, out))
+    assert torch.equal(lin(x), got)  # the module takes the one-call path
+    torch.library.opcheck(torch.ops.persistent_gemm.quantized_linear.default,
+                          (x, lin.weight_q, lin.weight_scale, fmt, out, lin.bias.to(out), lin.qconfig.rule),
+                          test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def test_quantized_linear_refuses_bad_arguments_by_name():
+    lin = pg.nn.quantize_(MLP(), "mxfp8").up
+    x = torch.randn(3, 64)
+    op = torch.ops.persistent_gemm.quantized_linear
+    with pytest.raises(RuntimeError, match=r"format must be one of \('fp8_rowwise', 'mxfp8', 'fp8_fp4'\), got 'mxfp4'"):
+        op(x, lin.weight_q, lin.weight_scale, "mxfp4")
+    with pytest.raises(ValueError, match="is on meta"):
+        op(x.to("meta"), lin.weight_q, lin.weight_scale, "mxfp8")
+    with pytest.raises(RuntimeError, match="x must be bfloat16, float16 or float32"):
+        op(x.double(), lin.weight_q, lin.weight_scale, "mxfp8")
+    with pytest.raises(RuntimeError, match="x has K = 96, weight_q K = 64"):
+        op(torch.randn(3, 96), lin.weight_q, lin.weight_scale, "mxfp8")
+
+
+def test_a_swapped_linear_compiles_fullgraph_with_one_op_per_layer():
+    model = pg.nn.quantize_(MLP(), "mxfp8")
+    x = torch.randn(4, 64)
+    calls = []
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    backend = CompileCounterWithBackend("eager")
+    got = torch.compile(model, fullgraph=True, backend=backend)(x)
+    assert torch.equal(got, model(x))
+    calls = [n.target for g in backend.graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert sum(t == torch.ops.persistent_gemm.quantized_linear.default for t in calls) == 2, calls

@@ -104,6 +104,8 @@ def _rowwise_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 # nn is imported after the extension registered its ops (persistent_gemm/__init__.py).
 _ROWWISE_OP = hasattr(torch.ops.persistent_gemm, "quantize_rowwise_e4m3")
+# The formats whose activations are quantized per call, by quantized_linear where the extension has it.
+_QUANTIZED_X = ("fp8_rowwise", "mxfp8", "fp8_fp4") if hasattr(torch.ops.persistent_gemm, "quantized_linear") else ()
 
 
 def _rowwise_e4m3_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -235,6 +237,11 @@ class Linear(torch.nn.Module):
             config = _config(q.config, op_name, family, x.device)
         if q.format == "bf16":
             y = ops.mm.default(x2.to(compute), self.weight.t(), out_dtype, config, bias)
+        elif q.format in _QUANTIZED_X and x2.dtype in _NATIVE_DTYPES:
+            # The activations' quantizer and the GEMM in one op call: half the host cost per
+            # Linear of the two calls below (issue 23).
+            y = ops.quantized_linear.default(x2, self.weight_q, self.weight_scale, q.format, out_dtype, bias,
+                                             q.rule, q.use_fast_accum, config)
         elif q.format == "fp8_rowwise":
             xq, xs = _rowwise_e4m3(x2)
             y = ops.scaled_mm.default(xq, self.weight_q.t(), xs, self.weight_scale, out_dtype,
