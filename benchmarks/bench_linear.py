@@ -58,17 +58,20 @@ def breakdown(d: int, calls: int) -> None:
         m = pgnn.quantize_(copy.deepcopy(torch.nn.Sequential(lin)), fmt)[0]
         q, wt, ws = m.qconfig, m.weight_q.t(), m.weight_scale
         if fmt == "fp8_rowwise":
+            # (every lambda binds its operands now: a loop variable read later is the last one's)
             quant = lambda: ops.quantize_rowwise_e4m3(x)  # noqa: E731
             xq, xs = quant()
-            gemm = lambda: ops.scaled_mm.default(xq, wt, xs, ws, torch.bfloat16, q.use_fast_accum, None, None)  # noqa: E731
+            gemm = lambda xq=xq, xs=xs, wt=wt, ws=ws, q=q: ops.scaled_mm.default(  # noqa: E731
+                xq, wt, xs, ws, torch.bfloat16, q.use_fast_accum, None, None)
         elif fmt == "mxfp4_weight_only":
             quant = None
-            gemm = lambda: ops.weight_only_mm.default(x, wt, ws, torch.bfloat16, "blocked", None, None)  # noqa: E731
+            gemm = lambda wt=wt, ws=ws: ops.weight_only_mm.default(x, wt, ws, torch.bfloat16, "blocked", None, None)  # noqa: E731
         else:
-            quant = lambda: ops.quantize_mxfp8.default(x, q.rule)  # noqa: E731
+            quant = lambda q=q: ops.quantize_mxfp8.default(x, q.rule)  # noqa: E731
             xq, xs = quant()
             op = ops.mxfp8_mm if fmt == "mxfp8" else ops.fp8_fp4_mm
-            gemm = lambda op=op, xq=xq, xs=xs: op.default(xq, wt, xs, ws, torch.bfloat16, "plain", None, "blocked", None)  # noqa: E731
+            gemm = lambda op=op, xq=xq, xs=xs, wt=wt, ws=ws: op.default(  # noqa: E731
+                xq, wt, xs, ws, torch.bfloat16, "plain", None, "blocked", None)
         rows += [(f"{fmt}: forward", lambda m=m: m(x)), (f"{fmt}: GEMM op", gemm)]
         if quant is not None:
             fused = lambda m=m, fmt=fmt, q=q: ops.quantized_linear.default(  # noqa: E731
