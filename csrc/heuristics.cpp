@@ -410,7 +410,9 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                         : e.scale_mode == ScaleMode::Block32
                             ? (table.cost.mx_scales_in_alu ? ", MX scales applied per 32-K block in fp32"
                                                            : ", MX scales applied by the tensor core (block_scale MMA)")
-                        : e.a_dtype == DType::E4M3 ? (e.fast_accum ? ", fast accumulation" : ", promoted fp32 accumulation")
+                        : e.a_dtype == DType::E4M3 ? (e.fast_accum         ? ", fast accumulation"
+                                                      : promoted_fp8(e) ? ", promoted fp32 accumulation"
+                                                                        : ", fp32 accumulation in TMEM (tcgen05)")
                                                    : "") +
                        (e.geometry.style == KernelStyle::Gemv
                             ? std::string(", decode GEMV: mma.sync per 32-K block over 128-row weight strips, stream-K "

@@ -72,8 +72,10 @@ struct Estimate {
 // The request is in the kernel's orientation (oriented()).
 Estimate estimate(Request const& req, KernelGeometry const& geometry, ArchCost const& cost, bool pad_m = false,
                   bool promoted_fp8 = false, bool block_scaled = false, bool folded = false);
+// tcgen05 (the Umma styles) accumulates FP8 in fp32 in TMEM: no promotion pass to charge.
 inline bool promoted_fp8(KernelEntry const& e) {
-  return e.a_dtype == DType::E4M3 && !e.fast_accum && e.scale_mode != ScaleMode::Block32;
+  bool const umma = e.geometry.style == KernelStyle::Umma1Sm || e.geometry.style == KernelStyle::Umma2Sm;
+  return e.a_dtype == DType::E4M3 && !e.fast_accum && e.scale_mode != ScaleMode::Block32 && !umma;
 }
 // The problem as the kernel sees it: a swap-AB kernel computes D^T, its M is the op's N.
 inline Request oriented(Request r, KernelEntry const& e) {

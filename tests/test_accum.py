@@ -142,7 +142,8 @@ def test_forced_fast_config_needs_use_fast_accum():
 def _sm90_e4m3_built(fast):
     if not pg.extension_available() or "sm90a" not in pg.built_archs():
         return []
-    return [k for k in pg._C.built_kernels() if "_e4m3_" in k["config"] and k["fast_accum"] == fast]
+    return [k for k in pg._C.built_kernels()
+            if k["arch"] == "sm90a" and "_e4m3_" in k["config"] and k["fast_accum"] == fast]
 
 
 @pytest.mark.skipif(not _sm90_e4m3_built(False), reason="needs a promoted e4m3 sm90a kernel built")
@@ -163,3 +164,23 @@ def test_fast_accumulation_wins_where_compute_bound():
     forced = [pg.explain(8192, 8192, 8192, dtype="e4m3", scale="tensor", use_fast_accum=True, config=k["config"])
               for k in _sm90_e4m3_built(True) + _sm90_e4m3_built(False)]
     assert min(forced, key=lambda d: d.estimate_us).fast_accum
+
+
+def _sm100_e4m3_built():
+    if not pg.extension_available() or "sm100a" not in pg.built_archs():
+        return []
+    return [k for k in pg._C.built_kernels() if k["arch"] == "sm100a" and "_e4m3_" in k["config"]]
+
+
+@pytest.mark.skipif(not _sm100_e4m3_built(), reason="needs an sm100a e4m3 kernel built")
+@pytest.mark.parametrize("scale", ["tensor", "row"])
+def test_sm100_scaled_mm_serves_both_accumulation_modes_with_one_kernel(scale):
+    # tcgen05 accumulates in fp32: no _fastacc kernel, the same pick and estimate either way, no
+    # promotion charged; the log says what the kernel does.
+    assert not any(k["fast_accum"] for k in _sm100_e4m3_built())
+    for m in (1, 4096):
+        slow, fast = (pg.explain(m, 8192, 8192, dtype="e4m3", scale=scale, arch="sm100a", use_fast_accum=f)
+                      for f in (False, True))
+        assert slow.config == fast.config and slow.config.startswith("sm100a_e4m3_")
+        assert slow.estimate_us == fast.estimate_us and not fast.fast_accum
+        assert "fp32 accumulation in TMEM" in slow.log[0] and "promoted" not in slow.log[0]

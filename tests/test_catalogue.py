@@ -62,7 +62,8 @@ def valid_configs(draw):
         raster=draw(st.sampled_from(["row", "column"])),
     )
     stages = draw(st.one_of(st.none(), st.integers(2, 12)))
-    accum = draw(st.sampled_from(ACCUMS)) if dtype in FAST_ACCUM_DTYPES else "promoted"
+    # fast accumulation is a wgmma (sm90a) mainloop; tcgen05 accumulates in fp32 (tested apart)
+    accum = draw(st.sampled_from(ACCUMS)) if dtype in FAST_ACCUM_DTYPES and arch == "sm90a" else "promoted"
     try:
         return KernelConfig(tile=(tm, tn, tk), schedule=schedule, stages=stages, kernel=kernel, dtype=dtype,
                             arch=arch, accum=accum)
@@ -161,6 +162,11 @@ def test_any_config_is_valid_and_round_trips_or_raises_config_error_with_a_reaso
         ("sm90a_e4m3xe2m1_128x128x128_c1x1_sw8_row_coop_fold", r"FP8 x FP4 kernels must be swap_ab"),
         ("sm90a_e4m3xe2m1_128x128x64_c1x1_sw8_row_coop_swapab_fold", r"MX kernels need tile_k = 128"),
         ("sm100a_e4m3xe2m1_128x128x128_c1x1_sw8_row_1sm_fold", r"route='fold' is an sm90a mainloop"),
+        # SM100 scaled_mm: tcgen05 accumulates FP8 in fp32 (no fast mode); e4m3 rows are one 128 B atom
+        ("sm100a_e4m3_256x256x128_c2x1_sw8_row_2sm_fastacc", r"accum='fast' is an sm90a \(wgmma\) mainloop option"),
+        ("sm100a_e4m3_128x256x128_c1x1_sw8_row_1sm_fastacc", r"promoted kernels also serve use_fast_accum=True"),
+        ("sm100a_e4m3_256x256x256_c2x1_sw8_row_2sm", r"tile_k=256 x 1 B is not one 64 B or 128 B"),
+        ("sm100a_e4m3_256x256x128_c1x1_sw8_row_2sm", r"cluster_m must be even"),
     ],
 )
 def test_invalid_names_raise_config_error_with_reason(name, match):
@@ -244,3 +250,13 @@ def test_weight_only_routes_take_clusters():
     for c in ("c2x1", "c1x2"):
         cfg = KernelConfig.from_name(f"sm90a_bf16xe2m1_128x256x64_{c}_sw8_row_coop_swapab_bf16route")
         assert cfg.kernel_rejection() is None
+
+
+def test_sm100_scaled_mm_config_is_one_promoted_2sm_tile():
+    # One e4m3 config on sm100a (one kernel TU: CI time), named like the other 2-SM configs, no
+    # _fastacc token (tcgen05 accumulates in fp32), a 128-row CTA tile under the 256-row MMA.
+    e4m3 = [c for c in CATALOGUE if c.arch == "sm100a" and c.dtype == "e4m3"]
+    assert [c.name for c in e4m3] == ["sm100a_e4m3_256x256x128_c2x1_sw8_row_2sm"]
+    c = e4m3[0]
+    assert c.accum == "promoted" and c.kernel == "2sm" and c.cta_tile == (128, 256)
+    assert KernelConfig.from_name(c.name) == c and c.kernel_rejection() is None

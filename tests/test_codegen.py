@@ -181,6 +181,8 @@ def test_every_config_lowers_through_its_family_record():
             assert f"using ElementA = {ELEMENTS[low.a].cpp};" in tu
             assert f"using ElementB = {ELEMENTS[low.b].cpp};" in tu
             assert ("kScale, kTmaStore, Accumulation, kSwapAB>" in tu) == low.epilogue_args
+            if not low.epilogue_args:  # Sm100Gemm: a scale mode only where the variant scales
+                assert ("kStages, kScale>;" in tu) == (v.scale != "none")
             if low.epilogue_args:  # swap-AB and split-K kernels write D by predicated stores
                 assert f"constexpr bool kSwapAB = {str(cfg.swap_ab).lower()};" in tu
                 assert not v.tma_store or not (cfg.swap_ab or cfg.schedule.split_k > 1)
@@ -211,3 +213,34 @@ def test_mx_entries_carry_swap_ab_and_block_scales():
                             f"&gen::run_{kid}, &gen::workspace_{kid}}},"))
             assert "ScaleMode::Block32" in line
             assert f"false, false, {str(cfg.swap_ab).lower()}," in line
+
+
+def test_sm100_scaled_mm_lowering():
+    """SM100 scaled_mm: Sm100Gemm with e4m3 operands and the scale mode as its last parameter;
+    the SM90 e4m3 variant policy (bf16 and fp32 out x tensorwise and rowwise, K-major, TMA store)
+    in one TU with the config's walk; table entries neither fast nor fusing the bias (sm100a)."""
+    from persistent_gemm.library import lowering
+
+    low = lowering("sm100a", "e4m3")
+    assert low is not None and low.builder.endswith("::Sm100Gemm") and (low.a, low.b) == ("e4m3", "e4m3")
+    assert low.tu == "gemm" and not low.epilogue_args and low.block_scale is None
+    cfg = catalogue.lookup("sm100a_e4m3_256x256x128_c2x1_sw8_row_2sm")
+    vs = codegen.variants(cfg)
+    assert {(v.out, v.scale) for v in vs} == {(o, s) for o in ("bf16", "fp32") for s in ("tensor", "row")}
+    assert all(v.a_k_major and v.b_k_major and v.tma_store for v in vs)
+    tus = codegen.config_tus(cfg, vs)
+    assert len(tus) == 1, "one new sm100a translation unit"
+    for v in vs:
+        mode = {"tensor": "Tensorwise", "row": "Rowwise"}[v.scale]
+        body = tus[0].split(f"namespace k_{codegen.ident(cfg.name)}__{v.suffix} {{")[1].split("}  // namespace")[0]
+        assert "using ElementA = cutlass::float_e4m3_t;" in body
+        assert f"constexpr auto kScale = persistent_gemm::ScaleMode::{mode};" in body
+        assert "ScheduleTag, KernelStyle, kStages, kScale>;" in body
+    table = codegen.kernel_table("sm100a", [cfg])
+    rows = [l for l in table.splitlines() if l.startswith(f'    {{"{cfg.name}", DType::')]
+    assert len(rows) == 4
+    for r in rows:
+        # ..., ScaleMode::X, tma_store, fast_accum, swap_ab, fused_bias, MxRoute
+        scale, tma, fast, swap, fused = (f.strip() for f in r.split("ScaleMode::")[1].split(",")[:5])
+        assert scale in ("Tensorwise", "Rowwise") and (tma, fast, swap, fused) == ("true", "false", "false", "false")
+    assert "{128, 256, 128, 2, 1, KernelStyle::Umma2Sm, 1}" in table  # the per-CTA tile

@@ -11,7 +11,9 @@ surface as a "please report" error (the SM100 kernels did this for N % 8 != 0 un
 
 The probe models the dispatcher's adaptation (csrc/dispatch.cpp ``launch``): leading strides
 rounded up to 16 bytes (a copy), ``padded_k`` on SM100 MX, ``pad_d`` when a TMA store meets D rows
-that are not whole 16-byte chunks, fake aligned pointers, the workspace the kernel asks for.
+that are not whole 16-byte chunks, fake aligned pointers, the workspace the kernel asks for. The
+other way round, every kernel must refuse another scale mode's arguments, and a tensorwise or
+rowwise one arguments missing a scale pointer.
 """
 
 from __future__ import annotations
@@ -97,6 +99,19 @@ ${table}  };
       bool const ok = e.can(g);
       refused += !ok;
       std::printf("%s %ld %ld %ld %d\n", e.name, long(M), long(N), long(K0), int(ok));
+      if (&s != &shapes[0]) continue;
+      // And the other way: arguments for another scale mode, or without the scales this kernel
+      // applies, are refused (a kernel must never read scales it was not given).
+      using persistent_gemm::ScaleMode;
+      GemmArgs w = g;
+      w.scale_mode = e.scale == ScaleMode::None ? ScaleMode::Tensorwise : ScaleMode::None;
+      std::printf("refuses %s other_scale_mode %d\n", e.name, int(!e.can(w)));
+      if (e.scale == ScaleMode::Tensorwise || e.scale == ScaleMode::Rowwise) {
+        w = g, w.scale_a = nullptr;
+        std::printf("refuses %s no_scale_a %d\n", e.name, int(!e.can(w)));
+        w = g, w.scale_b = nullptr;
+        std::printf("refuses %s no_scale_b %d\n", e.name, int(!e.can(w)));
+      }
     }
   std::printf("refused %d\n", refused);
   return 0;
@@ -166,8 +181,14 @@ def test_every_kernel_accepts_what_the_dispatcher_hands_it(arch, tmp_path):
     run = subprocess.run([exe], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     by_name = {f"{c.name}__{v.suffix}": c for c, v in kernels}
-    seen, wrong = 0, []
+    seen, wrong, refusals = 0, [], 0
     for line in run.stdout.splitlines():
+        refusal = re.fullmatch(r"refuses (\S+) (\w+) ([01])", line)
+        if refusal:
+            refusals += 1
+            if refusal[3] != "1":
+                wrong.append(f"{refusal[1]} accepts arguments with {refusal[2]}")
+            continue
         mt = re.fullmatch(r"(\S+) (\d+) (\d+) (\d+) ([01])", line)
         if not mt:
             continue
@@ -176,4 +197,6 @@ def test_every_kernel_accepts_what_the_dispatcher_hands_it(arch, tmp_path):
         if _valid(by_name[name], m, n, k) and not ok:
             wrong.append(f"{name} refuses M={m} N={n} K={k}")
     assert seen == len(kernels) * len(SHAPES), run.stdout[-2000:]
+    fp32_scaled = sum(v.scale in ("tensor", "row") for _, v in kernels)
+    assert refusals == len(kernels) + 2 * fp32_scaled, run.stdout[-2000:]
     assert not wrong, "\n".join(wrong[:20])

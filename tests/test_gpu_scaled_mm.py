@@ -102,7 +102,6 @@ def _accum_problem(k, rowwise, m=256, n=256):
     return a, b, sa, sb, ref
 
 
-@pytest.mark.sm90
 @pytest.mark.parametrize("rowwise", [False, True], ids=["tensorwise", "rowwise"])
 @pytest.mark.parametrize("k", [4096, 8192, 16384, 28672])
 def test_promoted_accumulation_matches_torch(k, rowwise):
@@ -134,6 +133,21 @@ def test_promoted_accumulation_bound_rejects_fast_accumulation():
     fast = pg.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, use_fast_accum=True, config=name)
     assert not fast.isnan().any()
     assert rel_err(fast, ref) > bound, "the promoted bound cannot tell fast accumulation apart"
+
+
+@pytest.mark.sm100
+@pytest.mark.parametrize("rowwise", [False, True], ids=["tensorwise", "rowwise"])
+def test_sm100_use_fast_accum_runs_the_same_fp32_accumulating_kernel(rowwise):
+    # tcgen05 accumulates e4m3 products in fp32 over the whole K: sm100a has no _fastacc kernel,
+    # so use_fast_accum=True picks the same kernel, bit for bit, at torch's promoted accuracy.
+    a, b, sa, sb, ref = _accum_problem(28672, rowwise)
+    run = lambda fast: pg.scaled_mm(a, b, sa, sb, out_dtype=torch.float32, use_fast_accum=fast)  # noqa: E731
+    assert pg.explain(256, 256, 28672, dtype="e4m3", scale="row" if rowwise else "tensor",
+                      use_fast_accum=True).config == pg.explain(256, 256, 28672, dtype="e4m3",
+                                                                scale="row" if rowwise else "tensor").config
+    torch.testing.assert_close(run(True), run(False), rtol=0, atol=0)
+    peer = torch_scaled_mm(a, b, sa, sb, torch.float32, use_fast_accum=False)
+    assert rel_err(run(False), ref) <= error_bound(rel_err(peer, ref), FP8_FLOOR)
 
 
 @pytest.mark.sm90

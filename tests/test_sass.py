@@ -109,6 +109,36 @@ def test_sm100a_mx_kernels_issue_block_scaled_mma():
         assert "UTMALDG" in body and "UTMASTG" in body, "TMA loads and stores"
 
 
+def test_sm100a_scaled_mm_kernels_issue_f8f6f4_mma_and_read_their_scales():
+    """Every SM100 scaled_mm kernel (e4m3, CUTLASS's dense mainloop inside our Sm100GemmPersistent)
+    issues dense tcgen05 MMAs of kind::f8f6f4 (UTCQMMA without the block-scaled form's
+    scale-factor TMEM operand, no UTCCP scale copy), .2CTA in a 2-SM kernel, never a 16-bit
+    UTCHMMA; loads by TMA, stores by TMA, and reads its fp32 scales in the epilogue (LDG: a
+    scalar broadcast for tensorwise, a row and a column broadcast for rowwise)."""
+    text = sass("sm100a")
+    entries = [e for e in pg._C.built_kernels() if e["arch"] == "sm100a" and e["config"].split("_")[1] == "e4m3"]
+    if not entries:
+        pytest.skip("no sm100a scaled_mm kernel built")
+    fp8 = {name: body for name, body in _functions(text).items()
+           if "Sm100GemmPersistent" in name and "float_e4m3" in name and "BlockScaled" not in name}
+    assert len(fp8) == len(entries), (len(fp8), [e["config"] for e in entries])
+    rowwise_kernels = 0
+    for name, body in fp8.items():
+        cta = r"\.2CTA" if "Umma2Sm" in name else ""
+        dense = rf"\bUTCQMMA{cta} gdesc\[\w+\], gdesc\[\w+\], tmem\[\w+\], tmem\[\w+\], idesc\[\w+\], U?P"
+        assert re.search(dense, body), f"no dense f8f6f4 UTCQMMA{cta} in {name[:120]}"
+        assert not re.search(r"idesc\[\w+\], tmem\[", body) and "UTCCP" not in body, "block-scaled form"
+        assert "UTCHMMA" not in body, "a 16-bit MMA in an e4m3 kernel"
+        if not cta:
+            assert ".2CTA" not in body, f"1-SM kernel with paired-CTA instructions: {name[:120]}"
+        assert "UTMALDG" in body and "UTMASTG" in body, "TMA loads and stores"
+        rowwise = "Sm90ColBroadcast" in name and "Sm90RowBroadcast" in name
+        assert rowwise != ("Sm90ScalarBroadcast" in name), f"neither tensorwise nor rowwise: {name[:120]}"
+        assert re.search(r"\bLDG\.E\b", body), "the epilogue reads no scale"
+        rowwise_kernels += rowwise
+    assert rowwise_kernels == sum(e["scale_mode"] == 2 for e in entries)  # ScaleMode::Rowwise
+
+
 def test_sm90a_mx_decode_gemv_streams_by_tma_and_reads_shared_memory_with_lds():
     """Every MX decode GEMV kernel loads by TMA, reads its operands with LDS (a generic LD here once
     came from an integer-rounded shared pointer and cost 3x), and runs f16 HMMAs (SM90 lowers the

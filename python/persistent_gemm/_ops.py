@@ -369,6 +369,9 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     sums in the tensor core's reduced-precision accumulator for the whole K loop: faster on
     compute-bound shapes, with an error that grows with K (``explain(..., use_fast_accum=True)``
     says which one runs). A forced ``config`` ending in ``_fastacc`` needs ``use_fast_accum=True``.
+    On SM100 (tcgen05) the accumulation is fp32 throughout: no ``_fastacc`` kernel exists there
+    and both values run the same kernels (tensorwise / rowwise scales applied in the epilogue;
+    bias, alpha and beta after the kernel, as for every SM100 kernel).
     """
     _check_types("scaled_mm", out_dtype, bias, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
     return torch.ops.persistent_gemm.scaled_mm.default(a, b, scale_a, scale_b, out_dtype, use_fast_accum,

@@ -114,8 +114,8 @@ class KernelConfig:
     dtype : {"bf16", "fp16", "e4m3", "mxfp8", "e4m3xe2m1"}
     arch : {"sm90a", "sm100a"}
     accum : {"promoted", "fast"}
-        FP8 accumulation (see :data:`ACCUMS`); ``"fast"`` exists for e4m3 only and adds the
-        ``_fastacc`` token to the name.
+        FP8 accumulation (see :data:`ACCUMS`); ``"fast"`` exists for e4m3 on sm90a only (tcgen05
+        accumulates in fp32 throughout) and adds the ``_fastacc`` token to the name.
     swap_ab : bool
         The kernel computes D^T = W X^T: the weight fills the wgmma's 64-row M side and the
         tokens become a narrow N (decode), D is written transposed; ``tile`` is then
@@ -172,6 +172,9 @@ class KernelConfig:
                     f"itself), not {self.arch}")
         if self.accum == "fast" and self.dtype not in FAST_ACCUM_DTYPES:
             return f"accum='fast' is an FP8 mainloop option ({FAST_ACCUM_DTYPES}); {self.dtype} always accumulates in fp32"
+        if self.accum == "fast" and self.arch != "sm90a":
+            return (f"accum='fast' is an sm90a (wgmma) mainloop option: {self.arch}'s tcgen05 MMAs accumulate FP8 in "
+                    f"fp32 in TMEM, so its promoted kernels also serve use_fast_accum=True")
         if self.kernel not in KERNEL_STYLES[self.arch]:
             return f"kernel style {self.kernel!r} does not exist on {self.arch} (choose from {KERNEL_STYLES[self.arch]})"
         if not isinstance(self.schedule, TileSchedule):
@@ -525,6 +528,10 @@ CATALOGUE: tuple[KernelConfig, ...] = (
       for d, w in (("bf16xe4m3", 1), ("bf16xe2m1", 2)) for t in GEMV_TOKENS),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a"),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", dtype="fp16", arch="sm100a"),
+    # SM100 scaled_mm (e4m3, tensorwise / rowwise scales in the epilogue; compiled, not run): the
+    # 16-bit kernel's 2-SM 256x256 MMA tile, K = 128 (one 128 B swizzled e4m3 row). tcgen05
+    # accumulates in fp32, so this one config serves use_fast_accum False and True.
+    _cfg((256, 256, 128), 8, (2, 1), kernel="2sm", dtype="e4m3", arch="sm100a"),
     # SM100 MX (tcgen05 block_scale MMAs, kind::mxf8f6f4; compiled and SASS-checked, not run by
     # this project): a 1-SM and a 2-SM tile per family, per-CTA N = 128 (see _sm100_mx_rejection).
     _cfg((128, 128, 128), 8, (1, 1), kernel="1sm", dtype="mxfp8", arch="sm100a"),

@@ -320,6 +320,9 @@ def _kernel_text(config: KernelConfig, v: Variant, entry: Optional[Template]) ->
                         f"using Accumulation = {fill['accum']};\n"
                         f"constexpr bool kSwapAB = {fill['swap_ab']};  // weight as A, D written transposed\n")
         arch_args = ", kScale, kTmaStore, Accumulation, kSwapAB"
+    elif v.scale != "none":  # Sm100Gemm: the epilogue's scale mode, its last parameter (default None)
+        arch_aliases = f"constexpr auto kScale = persistent_gemm::ScaleMode::{SCALE_MODES[v.scale]};\n"
+        arch_args = ", kScale"
     else:
         arch_aliases, arch_args = "", ""
     return low.header, _KERNEL.substitute(

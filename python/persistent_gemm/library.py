@@ -188,6 +188,11 @@ LOWERINGS: dict[tuple[str, str], Lowering] = {(r.arch, r.family): r for r in (
              primary=(Variant(True, True, "bf16"), Variant(True, True, "fp32")), tuned=(Variant(True, True, "bf16"),)),
     Lowering("sm100a", "fp16", "fp16", "fp16", **_SM100,
              primary=(Variant(True, True, "fp16"), Variant(True, True, "fp32")), tuned=(Variant(True, True, "fp16"),)),
+    # SM100 scaled_mm: e4m3 on tcgen05 (kind::f8f6f4, fp32 accumulation in TMEM), tensorwise or
+    # rowwise scales in the epilogue (Sm100Gemm's Scale); the SM90 e4m3 variant policy.
+    Lowering("sm100a", "e4m3", "e4m3", "e4m3", **_SM100,
+             primary=_FP8_TUNED + (Variant(True, True, "fp32", "tensor"), Variant(True, True, "fp32", "row")),
+             tuned=_FP8_TUNED),
     Lowering("sm100a", "mxfp8", "e4m3", "e4m3", **_SM100_MX),
     Lowering("sm100a", "e4m3xe2m1", "e4m3", "e2m1", **_SM100_MX),
 )}

@@ -1,8 +1,11 @@
-// Sm100Gemm: one SM100 `mm` variant, D(M,N) = A(M,K) @ B(K,N), D row-major, fp32 accumulate,
-// ScaleMode::None. Composes the CUTLASS SM100 mainloop / epilogue collectives (via their
-// builders) with our persistent kernel (sm100_gemm_persistent.hpp) and launches it.
+// Sm100Gemm: one SM100 `mm` or `scaled_mm` variant, D(M,N) = scale * A(M,K) @ B(K,N), D
+// row-major, fp32 accumulate in TMEM. Composes the CUTLASS SM100 mainloop / epilogue collectives
+// (via their builders) with our persistent kernel (sm100_gemm_persistent.hpp) and launches it.
 //
-//   ElementA/B/D   cutlass::bfloat16_t or cutlass::half_t (A and B the same)
+//   ElementA/B     cutlass::bfloat16_t or cutlass::half_t (mm, Scale None), or
+//                  cutlass::float_e4m3_t (scaled_mm, Scale Tensorwise / Rowwise; tcgen05
+//                  kind::f8f6f4). A and B the same.
+//   ElementD       bf16 / fp16 / fp32
 //   AKMajor        A (M,K) row-major (K contiguous); else column-major (M contiguous)
 //   BKMajor        B (K,N) column-major (K contiguous); else row-major (N contiguous)
 //   MmaTileShape   the MMA tile (MmaM, N, K): Umma1Sm MmaM in {64, 128}, Umma2Sm MmaM in {128, 256};
@@ -11,6 +14,14 @@
 //   ScheduleTag    persistent_gemm::scheduler::PersistentSchedule<...>
 //   Style          Umma1Sm or Umma2Sm
 //   Stages         smem pipeline depth; 0 = as many as fit after the epilogue's smem
+//   Scale          ScaleMode::None, or for e4m3 Tensorwise (scale_a[0] * scale_b[0]) / Rowwise
+//                  (scale_a[m] * scale_b[n]): fp32 scales applied to the fp32 accumulator in the
+//                  epilogue (an EVT of CUTLASS's SM90 broadcast nodes, which the SM100 TMA
+//                  epilogue runs as its fusion callbacks), rounded once to ElementD.
+//
+// FP8 accumulation: tcgen05 accumulates e4m3 products in fp32 in TMEM over the whole K; there is
+// no reduced-precision ("fast") accumulator to promote out of, unlike SM90's wgmma. So one
+// kernel serves use_fast_accum=False and True (its entry says fast_accum = false).
 //
 // Host contract mirrors Sm90Gemm: can_implement(GemmArgs), run() noexcept returning
 // cudaErrorInvalidValue for arguments this variant cannot run (majorness mismatch, scales, TMA
@@ -25,6 +36,8 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/device_kernel.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/layout/matrix.h"
 
@@ -34,12 +47,74 @@
 
 namespace persistent_gemm::kernel {
 
+namespace sm100_detail {
+namespace fusion = cutlass::epilogue::fusion;
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+// The epilogue's fusion for a scale mode. CtaTile is the per-CTA tile (2-SM: half the MMA tile's
+// rows), the tile CUTLASS's builder hands the callbacks. Bias / alpha / beta are not fused here
+// (archs.py: sm100a fused_bias=False): the dispatcher applies them after the kernel.
+template <class ElementD, ScaleMode Scale, class CtaTile>
+struct ScaleFusion;
+
+// D = acc: the builder's default linear combination (alpha 1, no C).
+template <class ElementD, class CtaTile>
+struct ScaleFusion<ElementD, ScaleMode::None, CtaTile> {
+  using type = fusion::LinearCombination<ElementD, float, void, float>;
+  template <class Thread>  // the callbacks' arguments (a tag has none of its own)
+  static void set(Thread& t, GemmArgs const&) {
+    t.alpha = 1.0f;
+    t.beta = 0.0f;
+  }
+};
+
+// D = (scale_a[0] * scale_b[0]) * acc: one scalar broadcast reducing two device pointers, read
+// on the device, so no host synchronisation.
+template <class ElementD, class CtaTile>
+struct ScaleFusion<ElementD, ScaleMode::Tensorwise, CtaTile> {
+  using Scalars = fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>, 2>;
+  using type = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, Scalars,
+                               fusion::Sm90AccFetch>;
+  template <class Thread>
+  static void set(Thread& t, GemmArgs const& g) {
+    typename Scalars::Arguments s{};
+    s.scalar_ptrs[0] = static_cast<float const*>(g.scale_a);
+    s.scalar_ptrs[1] = static_cast<float const*>(g.scale_b);
+    t = {s, {}, {}};
+  }
+};
+
+// D = scale_a[m] * (scale_b[n] * acc): a column broadcast of a (one value per row m), a row
+// broadcast of b. Alignment 1: the vectors have M and N entries, any M, N, loads predicated.
+template <class ElementD, class CtaTile>
+struct ScaleFusion<ElementD, ScaleMode::Rowwise, CtaTile> {
+  using ColScale = fusion::Sm90ColBroadcast<0, CtaTile, float, float, cute::Stride<cute::_1, cute::_0, int64_t>, 1>;
+  using RowScale = fusion::Sm90RowBroadcast<0, CtaTile, float, float, cute::Stride<cute::_0, cute::_1, int64_t>, 1>;
+  using Inner = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, RowScale,
+                                fusion::Sm90AccFetch>;
+  using type = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, ColScale, Inner>;
+  template <class Thread>
+  static void set(Thread& t, GemmArgs const& g) {
+    typename ColScale::Arguments col{};
+    col.ptr_col = static_cast<float const*>(g.scale_a);
+    typename RowScale::Arguments row{};
+    row.ptr_row = static_cast<float const*>(g.scale_b);
+    t = {col, {row, {}, {}}, {}};
+  }
+};
+}  // namespace sm100_detail
+
 template <class ElementA, bool AKMajor, class ElementB, bool BKMajor, class ElementD, class MmaTileShape,
-          class ClusterShape, class ScheduleTag, class Style, int Stages>
+          class ClusterShape, class ScheduleTag, class Style, int Stages, ScaleMode Scale = ScaleMode::None>
 struct Sm100Gemm {
   static_assert(std::is_same_v<ElementA, ElementB>, "A and B share a dtype");
-  static_assert(std::is_same_v<ElementA, cutlass::bfloat16_t> || std::is_same_v<ElementA, cutlass::half_t>,
-                "bf16 / fp16 inputs");
+  static constexpr bool kFp8 = std::is_same_v<ElementA, cutlass::float_e4m3_t>;
+  static_assert(kFp8 || std::is_same_v<ElementA, cutlass::bfloat16_t> || std::is_same_v<ElementA, cutlass::half_t>,
+                "bf16 / fp16 inputs (mm) or e4m3 (scaled_mm)");
+  // Mirrored by catalogue.py (the variants) and library.py (the sm100a e4m3 lowering).
+  static_assert(Scale != ScaleMode::Block32, "MX block scales are applied in the mainloop: Sm100MxGemm");
+  static_assert(kFp8 == (Scale != ScaleMode::None),
+                "e4m3 operands come with tensorwise or rowwise scales (scaled_mm); 16-bit ones without (mm)");
   static_assert(Stages == 0 || Stages >= 2, "Stages: 0 (auto) or >= 2");
 
   static constexpr bool k2Sm = std::is_same_v<Style, Umma2Sm>;
@@ -59,11 +134,18 @@ struct Sm100Gemm {
   using EpilogueSchedule = std::conditional_t<k2Sm, cutlass::epilogue::TmaWarpSpecialized2Sm,
                                               cutlass::epilogue::TmaWarpSpecialized1Sm>;
 
-  // No source C (void): D = 1 * acc; the kernel therefore has no epilogue-load warp.
+  // The per-CTA tile (2-SM: a CTA owns half the MMA tile's rows), as the epilogue builder sees it.
+  static constexpr int kCtaM = int(cute::size<0>(MmaTileShape{})) / (k2Sm ? 2 : 1);
+  using CtaTile = cute::Shape<cute::Int<kCtaM>, cute::Int<int(cute::size<1>(MmaTileShape{}))>,
+                              cute::Int<int(cute::size<2>(MmaTileShape{}))>>;
+  using Fusion = sm100_detail::ScaleFusion<ElementD, Scale, CtaTile>;
+
+  // No source C (void): D = scale * acc. Every fusion node reads no tensor by TMA (no producer
+  // load), so the kernel needs no epilogue-load warp.
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm100, cutlass::arch::OpClassTensorOp, MmaTileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator,
-      void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD, EpilogueSchedule>::CollectiveOp;
+      void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD, EpilogueSchedule, typename Fusion::type>::CollectiveOp;
 
   // Auto stages: fill what the epilogue leaves; the builder also reserves room for CUTLASS's
   // CLC scheduler, which our kernel does not use, so the estimate is conservative.
@@ -77,6 +159,7 @@ struct Sm100Gemm {
       ElementAccumulator, MmaTileShape, ClusterShape, StageCountType, MainloopSchedule>::CollectiveOp;
 
   using Kernel = Sm100GemmPersistent<CollectiveMainloop, CollectiveEpilogue, ScheduleTag, Style>;
+  static_assert(std::is_same_v<CtaTile, typename Kernel::CtaShape_MNK>, "the fusion's CTA tile is the mainloop's");
   using TileScheduler = typename Kernel::TileScheduler;  // per-CTA tile: what a schedule model must use
 
   using StrideA = typename CollectiveMainloop::StrideA;
@@ -107,8 +190,7 @@ struct Sm100Gemm {
     args.mainloop.ptr_B = static_cast<ElementB const*>(a.b);
     // B as CUTLASS (N, K): K-major (column-major K x N) -> (ldb, 1); N-major -> (1, ldb).
     args.mainloop.dB = make_stride_2d<StrideB>(a.ldb, BKMajor ? a.n : a.k);
-    args.epilogue.thread.alpha = 1.0f;
-    args.epilogue.thread.beta = 0.0f;
+    Fusion::set(args.epilogue.thread, a);
     args.epilogue.ptr_C = nullptr;
     args.epilogue.dC = make_stride_2d<StrideC>(a.ldd, a.m);
     args.epilogue.ptr_D = static_cast<ElementD*>(a.d);
@@ -119,9 +201,10 @@ struct Sm100Gemm {
   }
 
   // What TMA needs: 16 B aligned bases, 16 B multiple leading dimensions no smaller than the
-  // contiguous extent; then CUTLASS's own checks (K-major operands: K % 8 == 0, etc.).
+  // contiguous extent, scale pointers when scaled; then the kernel's structural checks.
   static bool can_implement(GemmArgs const& a) {
-    if (a.scale_mode != ScaleMode::None || a.a_k_major != AKMajor || a.b_k_major != BKMajor) return false;
+    if (a.scale_mode != Scale || a.a_k_major != AKMajor || a.b_k_major != BKMajor) return false;
+    if (Scale != ScaleMode::None && (!a.scale_a || !a.scale_b)) return false;
     // No fused bias here (archs.py: fused_bias=False): the dispatcher applies bias and alpha after us.
     if (a.bias != nullptr || a.alpha != 1.0f) return false;
     if (a.m < 1 || a.n < 1 || a.k < 1 || !a.a || !a.b || !a.d) return false;
