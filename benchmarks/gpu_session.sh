@@ -3,7 +3,7 @@
 # Run from the repository root with the CUTLASS wheel downloaded into .whl/ (docs/benchmarks.md,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
-#   bash benchmarks/gpu_session.sh build|test|sanitize|verify|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
+#   bash benchmarks/gpu_session.sh build|test|sanitize|verify|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
 #
 # bench_mx also times humming (the optional peer) when its wheel is in .whl/
 # (pip download --no-deps -d .whl humming-kernels==0.1.19): installed without dependencies into
@@ -85,8 +85,23 @@ case "${1:-}" in
       echo "$fam memcheck rc=$? ($(tail -1 "$OUT/sanitize_${fam}_memcheck.log"))"
     done
     ;;
+  closing)
+    # A stop's closing run after `build`: the GPU tests (the JIT's compile tests aside: they take
+    # minutes and the JIT did not change), the demo with its real model in bf16 and fp16, the
+    # per-Linear host cost and where it goes. One pytest process: its log names any fault.
+    tests=$(ls tests/test_gpu*.py tests/test_self_check.py | grep -v test_gpu_jit)
+    timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider $tests > "$OUT/gpu_tests.log" 2>&1
+    echo "gpu tests rc=$?: $(tail -1 "$OUT/gpu_tests.log")"
+    grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -20
+    w=$(ls .whl/microformer_mgm-*.whl 2>/dev/null | head -1)
+    timeout 150 python3 -m persistent_gemm demo ${w:+--model-weights "$w"} > "$OUT/demo.txt" 2>&1
+    echo "demo rc=$?"; grep -E "^  (bf16|fp16) |ok: |speed" "$OUT/demo.txt"
+    timeout 60 python3 benchmarks/bench_linear.py --breakdown > "$OUT/breakdown.txt" 2>&1; tail -22 "$OUT/breakdown.txt"
+    timeout 60 python3 benchmarks/profile_linear_host.py ${w:+--model-weights "$w"} --rows 8 > "$OUT/profile.txt" 2>&1
+    echo "profile rc=$?"
+    ;;
   *)
-    echo "usage: $0 build|test|sanitize|verify|accuracy|bench|bench_mx|decode|quant [bench args]" >&2
+    echo "usage: $0 build|test|sanitize|verify|closing|accuracy|bench|bench_mx|decode|quant [bench args]" >&2
     exit 2
     ;;
 esac

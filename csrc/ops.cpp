@@ -26,6 +26,8 @@ at::Tensor plain_scale(at::Tensor const& scale, int64_t rows, int64_t blocks, Sc
       .view(at::kFloat8_e8m0fnu);
 }
 
+}  // namespace
+
 // The (rows, K) fp32 factor each element of an MX operand is multiplied by: e8m0 code c is
 // exactly 2^(c-127), code 255 NaN (torch's cast is exact), repeated over its 1x32 block.
 at::Tensor block_scale_factors(at::Tensor const& scale, int64_t rows, int64_t k, ScaleLayout layout) {
@@ -43,8 +45,6 @@ at::Tensor unpack_e2m1(at::Tensor const& packed_rows) {
   auto const mag = at::where(e == 0, m * 0.5, at::exp2(e - 1) * (m * 0.5 + 1));
   return at::where(at::bitwise_right_shift(codes, 3) == 1, -mag, mag);
 }
-
-}  // namespace
 
 // The references are plain ATen, so they run on any device: the CPU kernels of the ops, the
 // self-check's yardstick and PGEMM_FALLBACK=torch (reference.h).

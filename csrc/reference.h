@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include "checks.h"  // ScaleLayout
+
 namespace persistent_gemm {
 
 at::Tensor mm_cpu(at::Tensor const& a, at::Tensor const& b, std::optional<at::ScalarType> out_dtype,
@@ -30,5 +32,11 @@ at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor c
 at::Tensor weight_only_mm_ref(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
                               std::optional<at::ScalarType> out_dtype, c10::string_view scale_b_layout,
                               std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias);
+
+// The references' exact dequantization, for float64 yardsticks (the self-check): the (rows, K)
+// fp32 factor 2^(c-127) of each element's e8m0 block scale (code 255: NaN), and packed e2m1
+// (rows, K/2) bytes as (rows, K) fp32 values, low nibble first. Both exact in fp32.
+at::Tensor block_scale_factors(at::Tensor const& scale, int64_t rows, int64_t k, ScaleLayout layout);
+at::Tensor unpack_e2m1(at::Tensor const& packed_rows);
 
 }  // namespace persistent_gemm
