@@ -93,6 +93,10 @@ case "${1:-}" in
     timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider $tests > "$OUT/gpu_tests.log" 2>&1
     echo "gpu tests rc=$?: $(tail -1 "$OUT/gpu_tests.log")"
     grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -20
+    # every built kernel through the self-check (its inputs and bound changed in this stop)
+    PGEMM_SELF_CHECK=all timeout "${SELFCHECK_TIMEOUT:-240}" python3 -m persistent_gemm selfcheck --no-cache \
+      > "$OUT/selfcheck.txt" 2>&1
+    echo "selfcheck rc=$?"; grep -A1 "^FAIL" "$OUT/selfcheck.txt" | head -12; tail -1 "$OUT/selfcheck.txt"
     w=$(ls .whl/microformer_mgm-*.whl 2>/dev/null | head -1)
     timeout 150 python3 -m persistent_gemm demo ${w:+--model-weights "$w"} > "$OUT/demo.txt" 2>&1
     echo "demo rc=$?"; grep -E "^  (bf16|fp16) |ok: |speed" "$OUT/demo.txt"
