@@ -323,9 +323,7 @@ at::Tensor mm_cuda(at::Tensor const& a, at::Tensor const& b, std::optional<at::S
                    std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias, double alpha,
                    double beta) {
   char const* op = "persistent_gemm.mm";
-  auto const p = check_mm(op, a, b, out_dtype);
-  check_config(op, config, {a.scalar_type() == at::kBFloat16 ? "bf16" : "fp16"});
-  auto const epi = check_epilogue(op, a, bias, alpha, beta, p);
+  auto const [p, epi, kind, layouts] = checked_mm(op, a, b, out_dtype, config, bias, alpha, beta);
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
@@ -342,11 +340,8 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
                           std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias,
                           double alpha, double beta) {
   char const* op = "persistent_gemm.scaled_mm";
-  ScaleKind kind;
-  auto const p = check_scaled_mm(op, a, b, scale_a, scale_b, out_dtype, kind);
-  check_config(op, config, {"e4m3"});
-  check_config_accum(op, config, use_fast_accum);
-  auto const epi = check_epilogue(op, a, bias, alpha, beta, p);
+  auto const [p, epi, kind, layouts] =
+      checked_scaled_mm(op, a, b, scale_a, scale_b, out_dtype, use_fast_accum, config, bias, alpha, beta);
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
@@ -362,17 +357,24 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
 
 namespace {
 
-// The MX ops after their checks, as mm_cuda / scaled_mm_cuda do theirs: `w` is the weight as
-// (N, K) rows (e4m3, or packed e2m1 (N, K/2) bytes), i.e. b^T, of element type `b_dtype`.
-at::Tensor run_mx(char const* op, Problem const& p, DType b_dtype, std::optional<c10::string_view> config,
-                  at::Tensor const& a, at::Tensor const& scale_a, at::Tensor const& w, at::Tensor const& scale_b,
-                  ScaleLayouts layouts, Epilogue const& epi) {
+// mxfp8_mm (e2m1 = false) and fp8_fp4_mm (e2m1 = true): the weight goes to launch() as its (N, K)
+// rows b^T (e4m3, or packed e2m1 (N, K/2) bytes).
+at::Tensor mx_mm_cuda(bool e2m1, at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                      at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
+                      c10::string_view scale_layout, std::optional<c10::string_view> config,
+                      std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
+  char const* op = e2m1 ? "persistent_gemm.fp8_fp4_mm" : "persistent_gemm.mxfp8_mm";
+  auto const [p, epi, kind, layouts] =
+      checked_mx_mm(op, e2m1, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
+  if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
+    return (e2m1 ? fp8_fp4_mm_cpu : mxfp8_mm_cpu)(a, b, scale_a, scale_b, out_dtype, scale_layout, std::nullopt,
+                                                   scale_b_layout, bias);
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
   auto const& mod = require_arch(op, a);
-  Request req = request_for(p, DType::E4M3, b_dtype, ScaleMode::Block32, config);
-  return launch(op, mod, req, Operands{a, w, scale_a, scale_b, layouts}, p, epi);
+  Request req = request_for(p, DType::E4M3, e2m1 ? DType::E2M1 : DType::E4M3, ScaleMode::Block32, config);
+  return launch(op, mod, req, Operands{a, b.t(), scale_a, scale_b, layouts}, p, epi);
 }
 
 }  // namespace
@@ -381,39 +383,23 @@ at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor co
                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                          c10::string_view scale_layout, std::optional<c10::string_view> config,
                          std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
-  char const* op = "persistent_gemm.mxfp8_mm";
-  auto const layouts = parse_scale_layouts(op, scale_layout, scale_b_layout);
-  auto const p = check_mxfp8_mm(op, a, b, scale_a, scale_b, out_dtype, layouts);
-  check_config(op, config, {"mxfp8"});
-  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
-  if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
-    return mxfp8_mm_cpu(a, b, scale_a, scale_b, out_dtype, scale_layout, std::nullopt, scale_b_layout, bias);
-  return run_mx(op, p, DType::E4M3, config, a, scale_a, b.t(), scale_b, layouts, epi);
+  return mx_mm_cuda(false, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
 }
 
 at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
                            at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                            c10::string_view scale_layout, std::optional<c10::string_view> config,
                            std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
-  char const* op = "persistent_gemm.fp8_fp4_mm";
-  auto const layouts = parse_scale_layouts(op, scale_layout, scale_b_layout);
-  auto const p = check_fp8_fp4_mm(op, a, b, scale_a, scale_b, out_dtype, layouts);
-  check_config(op, config, {"e4m3xe2m1"});
-  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
-  if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
-    return fp8_fp4_mm_cpu(a, b, scale_a, scale_b, out_dtype, scale_layout, std::nullopt, scale_b_layout, bias);
-  return run_mx(op, p, DType::E2M1, config, a, scale_a, b.t(), scale_b, layouts, epi);
+  return mx_mm_cuda(true, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
 }
 
 at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
                                std::optional<at::ScalarType> out_dtype, c10::string_view scale_b_layout,
                                std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias) {
   char const* op = "persistent_gemm.weight_only_mm";
-  ScaleLayout const layout = parse_scale_layout(op, scale_b_layout, "scale_b_layout");
-  auto const p = check_weight_only_mm(op, a, b, scale_b, out_dtype, layout);
+  auto const [p, epi, kind, layouts] =
+      checked_weight_only_mm(op, a, b, scale_b, out_dtype, scale_b_layout, config, bias);
   bool const e2m1 = b.scalar_type() == at::kFloat4_e2m1fn_x2;
-  check_config(op, config, {e2m1 ? "bf16xe2m1" : "bf16xe4m3"});
-  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
@@ -438,8 +424,7 @@ at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Ten
     }
     return weight_only_mm_ref(a, b, scale_b, out_dtype, scale_b_layout, std::nullopt, bias);
   }
-  return launch(op, mod, req, Operands{a, b.t(), at::Tensor(), scale_b, {ScaleLayout::Plain, layout, "scale_b_layout"}},
-                p, epi);
+  return launch(op, mod, req, Operands{a, b.t(), at::Tensor(), scale_b, layouts}, p, epi);
 }
 
 }  // namespace persistent_gemm
