@@ -336,4 +336,51 @@ at::Tensor epilogue_reference(at::Tensor acc, Epilogue const& epi, at::ScalarTyp
   return acc.to(out_dtype);
 }
 
+CheckedCall checked_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
+                       std::optional<at::ScalarType> out_dtype, std::optional<c10::string_view> config,
+                       std::optional<at::Tensor> const& bias, double alpha, double beta) {
+  CheckedCall c;
+  c.p = check_mm(op, a, b, out_dtype);
+  check_config(op, config, {a.scalar_type() == at::kBFloat16 ? "bf16" : "fp16"});
+  c.epi = check_epilogue(op, a, bias, alpha, beta, c.p);
+  return c;
+}
+
+CheckedCall checked_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                              at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
+                              std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias,
+                              double alpha, double beta) {
+  CheckedCall c;
+  c.p = check_scaled_mm(op, a, b, scale_a, scale_b, out_dtype, c.kind);
+  check_config(op, config, {"e4m3"});
+  check_config_accum(op, config, use_fast_accum);
+  c.epi = check_epilogue(op, a, bias, alpha, beta, c.p);
+  return c;
+}
+
+CheckedCall checked_mx_mm(char const* op, bool e2m1, at::Tensor const& a, at::Tensor const& b,
+                          at::Tensor const& scale_a, at::Tensor const& scale_b,
+                          std::optional<at::ScalarType> out_dtype, c10::string_view scale_layout,
+                          std::optional<c10::string_view> config, std::optional<c10::string_view> scale_b_layout,
+                          std::optional<at::Tensor> const& bias) {
+  CheckedCall c;
+  c.layouts = parse_scale_layouts(op, scale_layout, scale_b_layout);
+  c.p = e2m1 ? check_fp8_fp4_mm(op, a, b, scale_a, scale_b, out_dtype, c.layouts)
+             : check_mxfp8_mm(op, a, b, scale_a, scale_b, out_dtype, c.layouts);
+  check_config(op, config, {e2m1 ? "e4m3xe2m1" : "mxfp8"});
+  c.epi = check_epilogue(op, a, bias, 1.0, 1.0, c.p);
+  return c;
+}
+
+CheckedCall checked_weight_only_mm(char const* op, at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
+                                   std::optional<at::ScalarType> out_dtype, c10::string_view scale_b_layout,
+                                   std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias) {
+  CheckedCall c;
+  c.layouts.b = parse_scale_layout(op, scale_b_layout, "scale_b_layout");
+  c.p = check_weight_only_mm(op, a, b, scale_b, out_dtype, c.layouts.b);
+  check_config(op, config, {b.scalar_type() == at::kFloat4_e2m1fn_x2 ? "bf16xe2m1" : "bf16xe4m3"});
+  c.epi = check_epilogue(op, a, bias, 1.0, 1.0, c.p);
+  return c;
+}
+
 }  // namespace persistent_gemm

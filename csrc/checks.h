@@ -88,4 +88,30 @@ inline BlockedExtent blocked_extent(int64_t rows, int64_t blocks) {
   return {(rows + 127) / 128 * 128, (blocks + 3) / 4 * 4};
 }
 
+// Each op's whole entry check, in the order its messages are tested, called by both its CPU
+// (ops.cpp) and CUDA (dispatch.cpp) entries, so the two accept and refuse the same calls.
+struct CheckedCall {
+  Problem p;
+  Epilogue epi;
+  ScaleKind kind = ScaleKind::Tensorwise;  // scaled_mm's scale granularity
+  ScaleLayouts layouts{ScaleLayout::Plain, ScaleLayout::Plain, "scale_b_layout"};  // the MX ops' scales
+};
+CheckedCall checked_mm(char const* op, at::Tensor const& a, at::Tensor const& b,
+                       std::optional<at::ScalarType> out_dtype, std::optional<c10::string_view> config,
+                       std::optional<at::Tensor> const& bias, double alpha, double beta);
+CheckedCall checked_scaled_mm(char const* op, at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                              at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
+                              std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias,
+                              double alpha, double beta);
+// mxfp8_mm (e2m1 = false) and fp8_fp4_mm (e2m1 = true).
+CheckedCall checked_mx_mm(char const* op, bool e2m1, at::Tensor const& a, at::Tensor const& b,
+                          at::Tensor const& scale_a, at::Tensor const& scale_b,
+                          std::optional<at::ScalarType> out_dtype, c10::string_view scale_layout,
+                          std::optional<c10::string_view> config, std::optional<c10::string_view> scale_b_layout,
+                          std::optional<at::Tensor> const& bias);
+// layouts.b: the weight's scale layout (the activations have no scales).
+CheckedCall checked_weight_only_mm(char const* op, at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
+                                   std::optional<at::ScalarType> out_dtype, c10::string_view scale_b_layout,
+                                   std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias);
+
 }  // namespace persistent_gemm

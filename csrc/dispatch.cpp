@@ -23,38 +23,9 @@
 namespace persistent_gemm {
 namespace {
 
-std::mutex& registry_mutex() {
-  static std::mutex m;
-  return m;
-}
 std::atomic<bool> g_poison_outputs{false};
 bool poison_outputs() { return g_poison_outputs.load(std::memory_order_relaxed) || self_check::running(); }
 
-// A deque: ArchModule addresses handed out by arch_for_device stay valid as modules register.
-std::deque<ArchModule>& registry() {
-  static std::deque<ArchModule> r;
-  return r;
-}
-
-// A built arch module plus the JIT modules of the same arch, merged into one table (the
-// dispatcher and explain see every kernel of an arch at once). Never freed: a thread may still
-// be choosing from an older merge.
-struct MergedTable {
-  std::vector<KernelEntry> entries;
-  std::vector<host::ScheduleEntry> schedules;
-  KernelTable table;
-};
-std::deque<MergedTable>& merged_tables() {
-  static std::deque<MergedTable> m;
-  return m;
-}
-std::atomic<uint64_t> g_registry_generation{0};
-
-bool same_entry(KernelEntry const& a, KernelEntry const& b) {
-  return std::string(a.config) == b.config && a.a_dtype == b.a_dtype && a.b_dtype == b.b_dtype &&
-         a.d_dtype == b.d_dtype && a.a_k_major == b.a_k_major && a.b_k_major == b.b_k_major &&
-         a.scale_mode == b.scale_mode && a.tma_store == b.tma_store;
-}
 
 DType to_dtype(at::ScalarType t) {
   switch (t) {
@@ -147,25 +118,6 @@ void check_launch(cudaError_t err, char const* op, KernelEntry const& e, GemmArg
                   : std::string()));
 }
 
-// "9.0a (sm90a), 10.0a (sm100a)": archs.py's table, as codegen wrote it into _C.
-std::string known_archs_text() {
-  std::string out;
-  for (auto const& a : host::known_archs()) out += msg(out.empty() ? " " : ", ", a.torch_arch, " (", a.name, ")");
-  return out;
-}
-
-ArchModule const& require_arch(char const* op, at::Tensor const& a) {
-  ArchModule const* mod = arch_for_device(a.get_device());
-  if (mod) return *mod;
-  auto const* prop = &device_info(a.get_device());
-  std::string built;
-  for (auto const& m : registered_arches()) built += std::string(" ") + m.table->arch;
-  TORCH_CHECK(false, msg(op, ": no CUDA kernels are built for this GPU (", prop->name, ", sm_",
-              prop->major, prop->minor, "); this build has kernels for:",
-              built.empty() ? std::string(" none") : built,
-              ". Rebuild with TORCH_CUDA_ARCH_LIST naming the GPU's arch (persistent_gemm builds:",
-              known_archs_text(), ")."));
-}
 
 // Split-K kernels reduce through a workspace the caller owns for the launch: from torch's caching
 // allocator on the op's stream (its blocks are 512 B aligned), kept alive until the kernel ran.
@@ -367,59 +319,11 @@ void check_extents(char const* op, Problem const& p) {
 
 void set_poison_outputs(bool on) { g_poison_outputs.store(on); }
 
-void register_arch(ArchModule module) {
-  TORCH_CHECK(module.table && module.table->abi_version == kRegistryAbiVersion, msg("persistent_gemm: kernel module ABI ", module.table ? module.table->abi_version : -1,
-              " does not match _C's ", kRegistryAbiVersion, "; rebuild the extension"));
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  for (auto& m : registry()) {
-    if (std::string(m.table->arch) != module.table->arch) continue;
-    TORCH_CHECK(m.table->sm_major == module.table->sm_major && m.table->sm_minor == module.table->sm_minor,
-                msg("persistent_gemm: a second ", module.table->arch, " module disagrees on the compute capability"));
-    MergedTable g;
-    g.entries.assign(m.table->entries, m.table->entries + m.table->count);
-    for (int i = 0; i < module.table->count; ++i) {
-      KernelEntry const& e = module.table->entries[i];
-      bool dup = false;
-      for (auto const& have : g.entries) dup = dup || same_entry(have, e);
-      if (!dup) g.entries.push_back(e);
-    }
-    if (int(g.entries.size()) == m.table->count) return;  // nothing new: idempotent
-    for (auto const* s = m.schedules; s && s->config; ++s) g.schedules.push_back(*s);
-    for (auto const* s = module.schedules; s && s->config; ++s) g.schedules.push_back(*s);
-    g.schedules.push_back({nullptr, nullptr});
-    g.table = *m.table;
-    auto& kept = merged_tables().emplace_back(std::move(g));
-    kept.table.entries = kept.entries.data();
-    kept.table.count = int32_t(kept.entries.size());
-    // Readers take the pointers without the lock: publish them whole.
-    std::atomic_ref<KernelTable const*>(m.table).store(&kept.table, std::memory_order_release);
-    std::atomic_ref<host::ScheduleEntry const*>(m.schedules).store(kept.schedules.data(), std::memory_order_release);
-    g_registry_generation.fetch_add(1);
-    return;
-  }
-  registry().push_back(module);
-  g_registry_generation.fetch_add(1);
-}
-
-uint64_t registry_generation() { return g_registry_generation.load(); }
-
-std::deque<ArchModule> const& registered_arches() { return registry(); }
-
-ArchModule const* arch_for_device(int device) {
-  auto const* prop = &device_info(device);
-  // sm_90a / sm_100a code is arch-specific: it runs only on exactly that compute capability.
-  for (auto const& m : registry())
-    if (m.table->sm_major == prop->major && m.table->sm_minor == prop->minor) return &m;
-  return nullptr;
-}
-
 at::Tensor mm_cuda(at::Tensor const& a, at::Tensor const& b, std::optional<at::ScalarType> out_dtype,
                    std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias, double alpha,
                    double beta) {
   char const* op = "persistent_gemm.mm";
-  auto const p = check_mm(op, a, b, out_dtype);
-  check_config(op, config, {a.scalar_type() == at::kBFloat16 ? "bf16" : "fp16"});
-  auto const epi = check_epilogue(op, a, bias, alpha, beta, p);
+  auto const [p, epi, kind, layouts] = checked_mm(op, a, b, out_dtype, config, bias, alpha, beta);
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
@@ -436,11 +340,8 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
                           std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias,
                           double alpha, double beta) {
   char const* op = "persistent_gemm.scaled_mm";
-  ScaleKind kind;
-  auto const p = check_scaled_mm(op, a, b, scale_a, scale_b, out_dtype, kind);
-  check_config(op, config, {"e4m3"});
-  check_config_accum(op, config, use_fast_accum);
-  auto const epi = check_epilogue(op, a, bias, alpha, beta, p);
+  auto const [p, epi, kind, layouts] =
+      checked_scaled_mm(op, a, b, scale_a, scale_b, out_dtype, use_fast_accum, config, bias, alpha, beta);
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
@@ -456,17 +357,24 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
 
 namespace {
 
-// The MX ops after their checks, as mm_cuda / scaled_mm_cuda do theirs: `w` is the weight as
-// (N, K) rows (e4m3, or packed e2m1 (N, K/2) bytes), i.e. b^T, of element type `b_dtype`.
-at::Tensor run_mx(char const* op, Problem const& p, DType b_dtype, std::optional<c10::string_view> config,
-                  at::Tensor const& a, at::Tensor const& scale_a, at::Tensor const& w, at::Tensor const& scale_b,
-                  ScaleLayouts layouts, Epilogue const& epi) {
+// mxfp8_mm (e2m1 = false) and fp8_fp4_mm (e2m1 = true): the weight goes to launch() as its (N, K)
+// rows b^T (e4m3, or packed e2m1 (N, K/2) bytes).
+at::Tensor mx_mm_cuda(bool e2m1, at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                      at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
+                      c10::string_view scale_layout, std::optional<c10::string_view> config,
+                      std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
+  char const* op = e2m1 ? "persistent_gemm.fp8_fp4_mm" : "persistent_gemm.mxfp8_mm";
+  auto const [p, epi, kind, layouts] =
+      checked_mx_mm(op, e2m1, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
+  if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
+    return (e2m1 ? fp8_fp4_mm_cpu : mxfp8_mm_cpu)(a, b, scale_a, scale_b, out_dtype, scale_layout, std::nullopt,
+                                                   scale_b_layout, bias);
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
   auto const& mod = require_arch(op, a);
-  Request req = request_for(p, DType::E4M3, b_dtype, ScaleMode::Block32, config);
-  return launch(op, mod, req, Operands{a, w, scale_a, scale_b, layouts}, p, epi);
+  Request req = request_for(p, DType::E4M3, e2m1 ? DType::E2M1 : DType::E4M3, ScaleMode::Block32, config);
+  return launch(op, mod, req, Operands{a, b.t(), scale_a, scale_b, layouts}, p, epi);
 }
 
 }  // namespace
@@ -475,39 +383,23 @@ at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor co
                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                          c10::string_view scale_layout, std::optional<c10::string_view> config,
                          std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
-  char const* op = "persistent_gemm.mxfp8_mm";
-  auto const layouts = parse_scale_layouts(op, scale_layout, scale_b_layout);
-  auto const p = check_mxfp8_mm(op, a, b, scale_a, scale_b, out_dtype, layouts);
-  check_config(op, config, {"mxfp8"});
-  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
-  if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
-    return mxfp8_mm_cpu(a, b, scale_a, scale_b, out_dtype, scale_layout, std::nullopt, scale_b_layout, bias);
-  return run_mx(op, p, DType::E4M3, config, a, scale_a, b.t(), scale_b, layouts, epi);
+  return mx_mm_cuda(false, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
 }
 
 at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
                            at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                            c10::string_view scale_layout, std::optional<c10::string_view> config,
                            std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
-  char const* op = "persistent_gemm.fp8_fp4_mm";
-  auto const layouts = parse_scale_layouts(op, scale_layout, scale_b_layout);
-  auto const p = check_fp8_fp4_mm(op, a, b, scale_a, scale_b, out_dtype, layouts);
-  check_config(op, config, {"e4m3xe2m1"});
-  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
-  if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
-    return fp8_fp4_mm_cpu(a, b, scale_a, scale_b, out_dtype, scale_layout, std::nullopt, scale_b_layout, bias);
-  return run_mx(op, p, DType::E2M1, config, a, scale_a, b.t(), scale_b, layouts, epi);
+  return mx_mm_cuda(true, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
 }
 
 at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
                                std::optional<at::ScalarType> out_dtype, c10::string_view scale_b_layout,
                                std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias) {
   char const* op = "persistent_gemm.weight_only_mm";
-  ScaleLayout const layout = parse_scale_layout(op, scale_b_layout, "scale_b_layout");
-  auto const p = check_weight_only_mm(op, a, b, scale_b, out_dtype, layout);
+  auto const [p, epi, kind, layouts] =
+      checked_weight_only_mm(op, a, b, scale_b, out_dtype, scale_b_layout, config, bias);
   bool const e2m1 = b.scalar_type() == at::kFloat4_e2m1fn_x2;
-  check_config(op, config, {e2m1 ? "bf16xe2m1" : "bf16xe4m3"});
-  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
@@ -532,8 +424,7 @@ at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Ten
     }
     return weight_only_mm_ref(a, b, scale_b, out_dtype, scale_b_layout, std::nullopt, bias);
   }
-  return launch(op, mod, req, Operands{a, b.t(), at::Tensor(), scale_b, {ScaleLayout::Plain, layout, "scale_b_layout"}},
-                p, epi);
+  return launch(op, mod, req, Operands{a, b.t(), at::Tensor(), scale_b, layouts}, p, epi);
 }
 
 }  // namespace persistent_gemm

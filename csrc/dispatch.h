@@ -50,5 +50,7 @@ std::deque<ArchModule> const& registered_arches();
 uint64_t registry_generation();
 // The module for this device, or nullptr when none is built for its compute capability.
 ArchModule const* arch_for_device(int device);
+// The module of `a`'s device; throws, naming the built archs, when there is none.
+ArchModule const& require_arch(char const* op, at::Tensor const& a);
 
 }  // namespace persistent_gemm

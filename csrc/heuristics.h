@@ -56,7 +56,9 @@ bool has_candidate(KernelTable const& table, Request const& req);
 void set_tuned(std::string const& arch, Request req, std::string const& config);
 void clear_tuned();
 
-// The cost model's estimate of one config for one problem (heuristics.cpp says how).
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The cost model's estimate of one config for one problem (cost_model.cpp says how).
 struct Estimate {
   double us = 0;       // the estimate: the largest bound plus launch
   double mma_us = 0;   // waves x per-tile time (MMA or the SM's load rate, + coop epilogue)

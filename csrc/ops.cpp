@@ -52,10 +52,8 @@ at::Tensor mm_cpu(at::Tensor const& a, at::Tensor const& b, std::optional<at::Sc
                   std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias, double alpha,
                   double beta) {
   char const* op = "persistent_gemm.mm";
-  auto const p = check_mm(op, a, b, out_dtype);
-  check_config(op, config, {a.scalar_type() == at::kBFloat16 ? "bf16" : "fp16"});
-  auto const epi = check_epilogue(op, a, bias, alpha, beta, p);
-  return epilogue_reference(at::mm(a.to(at::kFloat), b.to(at::kFloat)), epi, p.out_dtype);
+  auto const c = checked_mm(op, a, b, out_dtype, config, bias, alpha, beta);
+  return epilogue_reference(at::mm(a.to(at::kFloat), b.to(at::kFloat)), c.epi, c.p.out_dtype);
 }
 
 // use_fast_accum only permits a faster kernel; the reference accumulates exactly in fp32.
@@ -64,65 +62,65 @@ at::Tensor scaled_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor co
                          std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias, double alpha,
                          double beta) {
   char const* op = "persistent_gemm.scaled_mm";
-  ScaleKind kind;
-  auto const p = check_scaled_mm(op, a, b, scale_a, scale_b, out_dtype, kind);
-  check_config(op, config, {"e4m3"});
-  check_config_accum(op, config, use_fast_accum);
-  auto const epi = check_epilogue(op, a, bias, alpha, beta, p);
+  auto const c = checked_scaled_mm(op, a, b, scale_a, scale_b, out_dtype, use_fast_accum, config, bias, alpha, beta);
   auto acc = at::mm(a.to(at::kFloat), b.to(at::kFloat));
   // Scales multiply the fp32 accumulator, as the kernel's epilogue does.
-  if (kind == ScaleKind::Tensorwise) {
+  if (c.kind == ScaleKind::Tensorwise) {
     acc = acc * (scale_a.reshape({}) * scale_b.reshape({}));
   } else {
     acc = acc * scale_a * scale_b;
   }
-  return epilogue_reference(acc, epi, p.out_dtype);
+  return epilogue_reference(acc, c.epi, c.p.out_dtype);
 }
+
+namespace {
+
+// mxfp8_mm (e2m1 = false) and fp8_fp4_mm (e2m1 = true): both operands dequantized by their
+// 1x32 block scales, the e2m1 weight unpacked first.
+at::Tensor mx_mm_ref(bool e2m1, at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                     at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, c10::string_view scale_layout,
+                     std::optional<c10::string_view> config, std::optional<c10::string_view> scale_b_layout,
+                     std::optional<at::Tensor> const& bias) {
+  char const* op = e2m1 ? "persistent_gemm.fp8_fp4_mm" : "persistent_gemm.mxfp8_mm";
+  auto const [p, epi, kind, layout] =
+      checked_mx_mm(op, e2m1, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
+  auto const da = a.to(at::kFloat) * block_scale_factors(scale_a, p.m, p.k, layout.a);
+  auto const values = e2m1 ? unpack_e2m1(b.t()) : b.t().to(at::kFloat);  // (N, K)
+  auto const db = values * block_scale_factors(scale_b, p.n, p.k, layout.b);
+  return epilogue_reference(at::mm(da, db.t()), epi, p.out_dtype);
+}
+
+}  // namespace
 
 at::Tensor mxfp8_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
                         at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                         c10::string_view scale_layout, std::optional<c10::string_view> config,
                         std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
-  char const* op = "persistent_gemm.mxfp8_mm";
-  auto const layout = parse_scale_layouts(op, scale_layout, scale_b_layout);
-  auto const p = check_mxfp8_mm(op, a, b, scale_a, scale_b, out_dtype, layout);
-  check_config(op, config, {"mxfp8"});
-  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
-  auto const da = a.to(at::kFloat) * block_scale_factors(scale_a, p.m, p.k, layout.a);
-  auto const db = b.t().to(at::kFloat) * block_scale_factors(scale_b, p.n, p.k, layout.b);  // (N, K)
-  return epilogue_reference(at::mm(da, db.t()), epi, p.out_dtype);
+  return mx_mm_ref(false, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
 }
 
 at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
                           at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
                           c10::string_view scale_layout, std::optional<c10::string_view> config,
                           std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
-  char const* op = "persistent_gemm.fp8_fp4_mm";
-  auto const layout = parse_scale_layouts(op, scale_layout, scale_b_layout);
-  auto const p = check_fp8_fp4_mm(op, a, b, scale_a, scale_b, out_dtype, layout);
-  check_config(op, config, {"e4m3xe2m1"});
-  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
-  auto const da = a.to(at::kFloat) * block_scale_factors(scale_a, p.m, p.k, layout.a);
-  auto const db = unpack_e2m1(b.t()) * block_scale_factors(scale_b, p.n, p.k, layout.b);  // (N, K)
-  return epilogue_reference(at::mm(da, db.t()), epi, p.out_dtype);
+  return mx_mm_ref(true, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
 }
 
 at::Tensor weight_only_mm_ref(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
                               std::optional<at::ScalarType> out_dtype, c10::string_view scale_b_layout,
                               std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias) {
   char const* op = "persistent_gemm.weight_only_mm";
-  ScaleLayout const layout = parse_scale_layout(op, scale_b_layout, "scale_b_layout");
-  auto const p = check_weight_only_mm(op, a, b, scale_b, out_dtype, layout);
+  // config is checked there; the reference has nothing to force.
+  auto const c = checked_weight_only_mm(op, a, b, scale_b, out_dtype, scale_b_layout, config, bias);
+  auto const& p = c.p;
   bool const e2m1 = b.scalar_type() == at::kFloat4_e2m1fn_x2;
-  check_config(op, config, {e2m1 ? "bf16xe2m1" : "bf16xe4m3"});  // checked, nothing to force here
-  auto const epi = check_epilogue(op, a, bias, 1.0, 1.0, p);
   auto const values = e2m1 ? unpack_e2m1(b.t()) : b.t().to(at::kFloat);  // (N, K)
-  auto const db = values * block_scale_factors(scale_b, p.n, p.k, layout);
+  auto const db = values * block_scale_factors(scale_b, p.n, p.k, c.layouts.b);
   // fp32 products of a 16-bit activation and an MX weight are exact, summed in fp32. Also under
   // TF32 (a global switch a GPU's fp32 matmul may take): its operands keep 11 significant bits,
   // which hold an fp16 or bf16 activation and an MX weight value (at most 4) exactly.
   auto const acc = at::mm(a.to(at::kFloat), db.t());
-  return epilogue_reference(acc, epi, p.out_dtype);
+  return epilogue_reference(acc, c.epi, p.out_dtype);
 }
 
 namespace {

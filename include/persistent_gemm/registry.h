@@ -151,7 +151,7 @@ struct KernelEntry {
 };
 
 // The dispatcher's cost-model constants for one arch (python/persistent_gemm/archs.py CostModel,
-// written by codegen; heuristics.cpp says what each bounds).
+// written by codegen; cost_model.cpp says what each bounds).
 struct ArchCost {
   double clock_ghz, flops_per_clk_16bit, mma_eff_max, stage_overhead_clk;
   double sm_load_bytes_per_us, dram_bytes_per_us, l2_bytes_per_us, launch_us;
