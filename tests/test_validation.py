@@ -14,7 +14,9 @@ import pytest
 import torch
 
 import persistent_gemm as pg
+from persistent_gemm import footprint as foot
 from persistent_gemm import schedule as sch
+from persistent_gemm.tools import picture as pic
 from persistent_gemm.catalogue import CATALOGUE, KernelConfig
 from persistent_gemm.quant import dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp4, quantize_mxfp8
 from persistent_gemm.schedule import ScheduleGrid, TileSchedule
@@ -282,30 +284,30 @@ def test_default_workers_rejects_bad_arguments():
     ],
 )
 def test_wave_footprint_rejects_bad_arguments(args, kwargs, exc, names):
-    _raises(exc, names, sch.wave_footprint, *args, **kwargs)
+    _raises(exc, names, foot.wave_footprint, *args, **kwargs)
 
 
 def test_footprint_summary_checks_its_arguments_even_with_footprints_given():
-    fps = sch.wave_footprint(CFG, 1024, 1024, 64, 4)
-    _raises(ValueError, ["workers", r"\b0\b"], sch.footprint_summary, CFG, 1024, 1024, 64, 0, footprints=fps)
-    _raises(ValueError, [r"\bK\b", r"\b0\b"], sch.footprint_summary, CFG, 1024, 1024, 0, 4, footprints=fps)
-    _raises(ValueError, [r"\bM\b", r"\b0\b"], sch.footprint_summary, CFG, 0, 1024, 64, 4, footprints=fps)
-    _raises(ValueError, ["footprints"], sch.footprint_summary, CFG, 1024, 1024, 64, 4, footprints=[])
-    _raises(ValueError, ["max_rows", r"\b0\b"], sch.format_footprint, fps, max_rows=0)
-    _raises(TypeError, ["max_rows", "2.0"], sch.format_footprint, fps, max_rows=2.0)
-    _raises(ValueError, ["dtype", "int8"], sch.operand_bytes, "int8")
+    fps = foot.wave_footprint(CFG, 1024, 1024, 64, 4)
+    _raises(ValueError, ["workers", r"\b0\b"], foot.footprint_summary, CFG, 1024, 1024, 64, 0, footprints=fps)
+    _raises(ValueError, [r"\bK\b", r"\b0\b"], foot.footprint_summary, CFG, 1024, 1024, 0, 4, footprints=fps)
+    _raises(ValueError, [r"\bM\b", r"\b0\b"], foot.footprint_summary, CFG, 0, 1024, 64, 4, footprints=fps)
+    _raises(ValueError, ["footprints"], foot.footprint_summary, CFG, 1024, 1024, 64, 4, footprints=[])
+    _raises(ValueError, ["max_rows", r"\b0\b"], foot.format_footprint, fps, max_rows=0)
+    _raises(TypeError, ["max_rows", "2.0"], foot.format_footprint, fps, max_rows=2.0)
+    _raises(ValueError, ["dtype", "int8"], foot.operand_bytes, "int8")
 
 
 def test_visit_grid_and_plot_reject_bad_arguments(tmp_path):
     # plot checks its arguments before it needs matplotlib
     png = tmp_path / "x.png"
-    _raises(ValueError, ["workers", r"\b0\b"], sch.visit_grid, CFG, 1024, 1024, 0)
-    _raises(ValueError, [r"\bM\b", r"\b0\b"], sch.visit_grid, CFG, 0, 1024, 4)
-    _raises(ValueError, ["workers", r"\b0\b"], sch.plot, CFG, 1024, 1024, png, workers=0)
-    _raises(ValueError, ["sm_count", r"\b0\b"], sch.plot, CFG, 1024, 1024, png, sm_count=0)
-    _raises(TypeError, ["sm_count", "132.0"], sch.plot, CFG, 1024, 1024, png, sm_count=132.0)
-    _raises(ValueError, [r"\bN\b", "-1"], sch.plot, CFG, 1024, -1, png)
-    _raises(TypeError, ["config"], sch.plot, None, 1024, 1024, png)
+    _raises(ValueError, ["workers", r"\b0\b"], pic.visit_grid, CFG, 1024, 1024, 0)
+    _raises(ValueError, [r"\bM\b", r"\b0\b"], pic.visit_grid, CFG, 0, 1024, 4)
+    _raises(ValueError, ["workers", r"\b0\b"], pic.plot, CFG, 1024, 1024, png, workers=0)
+    _raises(ValueError, ["sm_count", r"\b0\b"], pic.plot, CFG, 1024, 1024, png, sm_count=0)
+    _raises(TypeError, ["sm_count", "132.0"], pic.plot, CFG, 1024, 1024, png, sm_count=132.0)
+    _raises(ValueError, [r"\bN\b", "-1"], pic.plot, CFG, 1024, -1, png)
+    _raises(TypeError, ["config"], pic.plot, None, 1024, 1024, png)
     assert not png.exists()
 
 
@@ -320,7 +322,7 @@ def test_kernel_config_grid_rejects_zero_extents():
 
 
 def _main(capsys, *args):
-    from persistent_gemm.__main__ import main
+    from persistent_gemm.tools.cli import main
 
     try:
         rc = main(list(args))

@@ -534,6 +534,16 @@ CATALOGUE: tuple[KernelConfig, ...] = (
 )
 
 
+def as_config(config) -> KernelConfig:
+    """``config`` itself, or the config a canonical name spells (any valid spec, in the catalogue
+    or not); ConfigError names a bad name's fault, TypeError anything else."""
+    if isinstance(config, str):
+        return KernelConfig.from_name(config)
+    if not isinstance(config, KernelConfig):
+        raise TypeError(f"config must be a KernelConfig or a canonical config name, got {type(config).__name__}")
+    return config
+
+
 def by_name() -> dict[str, KernelConfig]:
     return {c.name: c for c in CATALOGUE}
 

@@ -47,9 +47,9 @@ class Decision:
 
     def render(self, path, *, highlight=None):
         """Draw the chosen config's schedule over this problem to ``path`` (see
-        :func:`persistent_gemm.schedule.plot`; a swap-AB kernel's grid is over (N, M))."""
-        from .picture import plot
+        :func:`persistent_gemm.tools.picture.plot`; a swap-AB kernel's grid is over (N, M))."""
         from .schedule import default_workers
+        from .tools.picture import plot  # a tool, imported only to draw: the library loads without it
 
         cfg = KernelConfig.from_name(self.config)
         M, N, K = self.problem
@@ -149,7 +149,7 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     :class:`KernelConfig` to force (one that is not built is compiled first, as the ops do), or
     None to let the cost model choose; a winner of :func:`persistent_gemm.tune` for this problem
     decides before the cost model (:attr:`Decision.tuned`). ``render``: a path; the chosen
-    config's schedule over this problem is drawn there (:func:`persistent_gemm.schedule.plot`).
+    config's schedule over this problem is drawn there (:func:`persistent_gemm.tools.picture.plot`).
 
     ``use_fast_accum`` has torch._scaled_mm's meaning and applies to ``"e4m3"`` only: False
     (the default) picks kernels that promote FP8 partial sums into fp32 registers every few
