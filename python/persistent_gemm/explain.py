@@ -11,7 +11,8 @@ from typing import Optional
 
 from .archs import ARCH_NAMES
 from .archs import ARCHS as ARCH_SPECS
-from .catalogue import MX_DTYPES, WEIGHT_ONLY_DTYPES, KernelConfig
+from .config_fields import MX_DTYPES, WEIGHT_ONLY_DTYPES
+from .kernel_config import KernelConfig
 from .library import canonical_family
 from .schedule import check_int
 

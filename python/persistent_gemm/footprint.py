@@ -10,7 +10,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import NamedTuple, Sequence
 
-from .catalogue import DTYPE_B_BYTES, DTYPE_BYTES, as_config
+from .config_fields import DTYPE_B_BYTES, DTYPE_BYTES
+from .kernel_config import as_config
 from .schedule import ceil_div, check_int
 
 

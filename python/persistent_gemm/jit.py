@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 
 from . import build_flags, codegen
 from .archs import ARCHS
-from .catalogue import ConfigError, KernelConfig, as_config
+from .kernel_config import ConfigError, KernelConfig, as_config
 from .library import Variant, fit_variants, lowering
 
 __all__ = ["KernelNotBuiltError", "JitCompileError", "JIT_ENV", "CACHE_ENV", "cache_dir", "enabled", "ensure",

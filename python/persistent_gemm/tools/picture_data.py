@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple, Optional, Sequence
 
-from ..catalogue import as_config
+from ..kernel_config import as_config
 from ..footprint import grid_operand_bytes
 from ..schedule import ceil_div, check_int, default_workers
 
