@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import persistent_gemm as pg
 from persistent_gemm import codegen, jit
 from persistent_gemm import tuning as tune
-from persistent_gemm.catalogue import CATALOGUE, ConfigError, KernelConfig
+from persistent_gemm.catalogue import CATALOGUE, ConfigError, KernelConfig, parse_name
 from persistent_gemm.library import Variant
 from persistent_gemm.schedule import TileSchedule
 
@@ -240,7 +240,7 @@ def _entry(config: str, **kw) -> dict:
 @pytest.mark.skipif("sm90a" not in (pg._C.registered_arches() if pg._C else []), reason="needs sm90a kernels")
 def test_tuned_winner_decides_before_the_cost_model(tmp_path, monkeypatch):
     monkeypatch.setenv(jit.CACHE_ENV, str(tmp_path))
-    names = sorted({e["config"] for e in pg._C.built_kernels() if e["config"].startswith("sm90a_bf16_")
+    names = sorted({e["config"] for e in pg._C.built_kernels() if e["arch"] == "sm90a" and parse_name(e["config"]).dtype == "bf16"
                     and e["a_k_major"] and e["b_k_major"] and e["d_dtype"] == 0})
     default = pg.explain(1000, 2000, 3000)
     assert not default.tuned

@@ -17,7 +17,7 @@ import persistent_gemm as pg
 from persistent_gemm import footprint as foot
 from persistent_gemm import schedule as sch
 from persistent_gemm.tools import picture as pic
-from persistent_gemm.catalogue import CATALOGUE, KernelConfig
+from persistent_gemm.catalogue import CATALOGUE, KernelConfig, parse_name
 from persistent_gemm.quant import dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp4, quantize_mxfp8
 from persistent_gemm.schedule import ScheduleGrid, TileSchedule
 
@@ -154,7 +154,7 @@ def test_explain_zero_size_raises_instead_of_killing_the_interpreter():
 
 @pytest.mark.skipif(not pg.extension_available(), reason="needs the compiled extension")
 def test_explain_use_fast_accum_with_the_extension():
-    if not any(e["config"].startswith("sm90a_e4m3_") for e in pg._C.built_kernels()):
+    if not any(e["arch"] == "sm90a" and parse_name(e["config"]).dtype == "e4m3" for e in pg._C.built_kernels()):
         pytest.skip("needs sm90a e4m3 kernels built")
     d = pg.explain(4096, 4096, 4096, dtype="e4m3", scale="tensor")
     assert d.fast_accum is False
@@ -175,12 +175,13 @@ def test_explain_mx_arguments(kwargs, match):
 @pytest.mark.skipif(not pg.extension_available(), reason="needs the compiled extension")
 @pytest.mark.parametrize("dtype", ["mxfp8", "e4m3xe2m1"])
 def test_explain_mx_picks_a_built_mx_kernel(dtype):
-    built = [e for e in pg._C.built_kernels() if e["config"].startswith(f"sm90a_{dtype}_")]
+    built = [e for e in pg._C.built_kernels() if e["arch"] == "sm90a" and parse_name(e["config"]).dtype == dtype]
     if not built:
         pytest.skip(f"no sm90a {dtype} kernel built")
     d = pg.explain(1, 8192, 8192, dtype=dtype)
-    assert d.config.startswith(f"sm90a_{dtype}_")
-    assert d.swap_ab == d.config.endswith("_swapab")
+    cfg = parse_name(d.config)
+    assert (cfg.arch, cfg.dtype) == ("sm90a", dtype)
+    assert d.swap_ab == cfg.swap_ab
     assert "MX scales applied per 32-K block" in str(d)
     if dtype == "e4m3xe2m1":
         assert d.swap_ab  # the e2m1 weight is the register-sourced A operand
