@@ -380,12 +380,8 @@ def mxfp8_mm(a: torch.Tensor, b, scale_a: torch.Tensor, scale_b: Optional[torch.
     block across every SM, stream-K over weight strips). Weight scales are read blocked: plain
     ones are relaid out per call unless the weight is prepared.
     """
-    _refuse_old_order("mxfp8_mm", a, b)
-    b, scale_b, scale_b_layout = _weight_args(b, scale_b, scale_b_layout, "mxfp8")
-    _check_types("mxfp8_mm", out_dtype, bias, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
-    return torch.ops.persistent_gemm.mxfp8_mm.default(a, b, scale_a, scale_b, out_dtype, scale_layout,
-                                                      _config(config, "mxfp8_mm", "mxfp8", a.device),
-                                                      scale_b_layout, bias)
+    return _mx_op("mxfp8_mm", "mxfp8", "mxfp8", a, b, scale_a, scale_b, out_dtype, scale_layout, config,
+                  scale_b_layout, bias)
 
 
 def fp8_fp4_mm(a: torch.Tensor, b, scale_a: torch.Tensor, scale_b: Optional[torch.Tensor] = None, *,
@@ -409,9 +405,15 @@ def fp8_fp4_mm(a: torch.Tensor, b, scale_a: torch.Tensor, scale_b: Optional[torc
     folded into its e4m3 conversion, one FFMA per element per 32-K block) is reached only by
     ``config=`` until it is measured on a GPU.
     """
-    _refuse_old_order("fp8_fp4_mm", a, b)
-    b, scale_b, scale_b_layout = _weight_args(b, scale_b, scale_b_layout, "fp4")
-    _check_types("fp8_fp4_mm", out_dtype, bias, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
-    return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, b, scale_a, scale_b, out_dtype, scale_layout,
-                                                        _config(config, "fp8_fp4_mm", "e4m3xe2m1", a.device),
-                                                        scale_b_layout, bias)
+    return _mx_op("fp8_fp4_mm", "fp4", "e4m3xe2m1", a, b, scale_a, scale_b, out_dtype, scale_layout, config,
+                  scale_b_layout, bias)
+
+
+def _mx_op(op: str, fmt: str, family: str, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout,
+           bias) -> torch.Tensor:
+    """The body of both MX ops: a prepared weight's own scales, the type checks, then the op."""
+    _refuse_old_order(op, a, b)
+    b, scale_b, scale_b_layout = _weight_args(b, scale_b, scale_b_layout, fmt)
+    _check_types(op, out_dtype, bias, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
+    return getattr(torch.ops.persistent_gemm, op).default(a, b, scale_a, scale_b, out_dtype, scale_layout,
+                                                         _config(config, op, family, a.device), scale_b_layout, bias)
