@@ -15,6 +15,7 @@ import torch
 
 from . import jit as _jit
 from .quant import _NATIVE_DTYPES
+from .scale_layout import SCALE_LAYOUTS, padded_extents
 
 if TYPE_CHECKING:
     from .catalogue import KernelConfig
@@ -41,10 +42,11 @@ def _check_k(a: torch.Tensor, k_b) -> None:
 def _check_scale(name: str, s: torch.Tensor, rows, k, scale_layout: str, layout_arg: str = "scale_layout") -> None:
     torch._check(s.dtype == torch.float8_e8m0fnu, lambda: f"{name} must be float8_e8m0fnu, got {s.dtype}")
     blocks = (k + _MX_BLOCK - 1) // _MX_BLOCK
-    torch._check(scale_layout in ("plain", "blocked"),
+    torch._check(scale_layout in SCALE_LAYOUTS,
                  lambda: f"{layout_arg} must be 'plain' or 'blocked', got {scale_layout!r}")
     if scale_layout == "blocked":
-        want = (rows + 127) // 128 * 128 * ((blocks + 3) // 4 * 4)
+        padded_rows, padded_blocks = padded_extents(rows, blocks)
+        want = padded_rows * padded_blocks
         torch._check(s.numel() == want, lambda: f"{name} in the blocked layout must hold {want} scales, got {s.numel()}")
         return
     _check_2d(name, s)
