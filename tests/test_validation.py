@@ -93,7 +93,7 @@ def test_explain_checks_before_it_needs_the_extension(monkeypatch):
     def missing():
         raise ImportError("not built")
 
-    monkeypatch.setattr(pg, "require_extension", missing)
+    monkeypatch.setattr(pg._extension, "require_extension", missing)
     _raises(ValueError, "M", pg.explain, 0, 4096, 4096)
     with pytest.raises(ImportError, match="not built"):
         pg.explain(64, 64, 64)
@@ -117,7 +117,7 @@ class _FakeExtension:
 
 def test_explain_passes_use_fast_accum_down_and_reports_it(monkeypatch):
     fake = _FakeExtension(answer_fast_accum=True)
-    monkeypatch.setattr(pg, "require_extension", lambda: fake)
+    monkeypatch.setattr(pg._extension, "require_extension", lambda: fake)
     d = pg.explain(256, 512, 1024, dtype="e4m3", scale="row", use_fast_accum=True)
     assert fake.calls[-1]["fast_accum"] is True and d.fast_accum is True
     assert fake.calls[-1]["out_dtype"] == "bf16" and fake.calls[-1]["scale"] == "row"
@@ -130,7 +130,7 @@ def test_explain_passes_use_fast_accum_down_and_reports_it(monkeypatch):
 
 
 def test_decision_fast_accum_defaults_to_false_when_not_reported(monkeypatch):
-    monkeypatch.setattr(pg, "require_extension", lambda: _FakeExtension())
+    monkeypatch.setattr(pg._extension, "require_extension", lambda: _FakeExtension())
     assert pg.explain(64, 64, 64).fast_accum is False
     assert pg.Decision("c", True, False, False, False).fast_accum is False
 

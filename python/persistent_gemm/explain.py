@@ -117,7 +117,7 @@ def _device_defaults(arch, sm_count):
             major, minor = torch.cuda.get_device_capability()
             here = next((a.name for a in ARCH_SPECS.values() if a.sm == (major, minor)), None)
             if here is not None and (arch is None or arch == here):
-                from . import built_archs
+                from ._extension import built_archs
 
                 if here in built_archs():
                     arch = here
@@ -165,7 +165,7 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     chosen: sm90a_bf16_128x128x64_c1x2_sw8_row_pp
       ...
     """
-    from . import require_extension
+    from ._extension import require_extension
 
     import torch
 

@@ -82,7 +82,7 @@ def resolve(config: Union[str, KernelConfig]) -> KernelConfig:
 def registered_configs() -> set[str]:
     """Names of every config the dispatcher can run in this process (built or JIT-compiled)."""
     global _generation
-    from . import require_extension
+    from ._extension import require_extension
 
     ext = require_extension()
     gen = ext.registry_generation()
@@ -206,7 +206,7 @@ def _load(name: str, path: Path):
 
 
 def _register(name: str, mod) -> None:
-    from . import require_extension
+    from ._extension import require_extension
 
     with _register_lock:  # precompile's threads
         _loaded[name] = mod
