@@ -218,7 +218,7 @@ def main():
             "Typing :: Typed",
         ],
         package_dir={"": "python"},
-        packages=["persistent_gemm"],
+        packages=["persistent_gemm", "persistent_gemm.tools"],
         package_data={"persistent_gemm": ["py.typed"]},
         ext_modules=ext_modules,
         cmdclass=cmdclass,

@@ -19,7 +19,7 @@ import argparse
 import torch
 
 import persistent_gemm as pg
-from persistent_gemm.catalogue import KernelConfig
+from persistent_gemm.catalogue import E2M1_DTYPES, MX_DTYPES, WEIGHT_ONLY_DTYPES, parse_name
 
 SHAPES = [(1, 7, 33), (129, 257, 1000), (257, 129, 300), (7, 1000, 129)]
 MX_SHAPES = [(1, 7, 32), (129, 257, 1056), (257, 129, 320), (7, 1000, 160)]
@@ -34,11 +34,12 @@ GEMV_QUICK = [(1, 7, 32), (-1, 1000, 4096)]
 
 def mx_cases(cfg: str, m: int, n: int, k: int):
     """(label, call, float64 reference) for one MX config and shape: plain and prepared."""
-    fp4 = "_e4m3xe2m1_" in cfg or "_bf16xe2m1_" in cfg
+    dtype = parse_name(cfg).dtype
+    fp4 = dtype in E2M1_DTYPES
     op, fmt = (pg.fp8_fp4_mm, "fp4") if fp4 else (pg.mxfp8_mm, "mxfp8")
     wq, ws = (pg.quantize_mxfp4 if fp4 else pg.quantize_mxfp8)(torch.randn(n, k, device="cuda"))
     wd = (pg.dequantize_mxfp4 if fp4 else pg.dequantize_mxfp8)(wq, ws)
-    if "_bf16xe" in cfg:  # weight-only: bf16 activations as they are, a prepared weight
+    if dtype in WEIGHT_ONLY_DTYPES:  # weight-only: bf16 activations as they are, a prepared weight
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         yield "weight-only", lambda: pg.mm(x, pg.prepare_weight(wq, ws, fmt=fmt), config=cfg), x.double() @ wd.double().t()
         return
@@ -59,10 +60,11 @@ def main() -> int:
     pg._C.set_poison_outputs(True)
     bad = skipped = 0
     for cfg, fast in configs:
-        if any(f"_{f}_" in cfg for f in ("mxfp8", "e4m3xe2m1", "bf16xe4m3", "bf16xe2m1")):
-            shapes = MX_SHAPES + (MX_PARTIAL_K if "_mxfp8_" in cfg else [])
-            if "_gemv_" in cfg:
-                tokens = KernelConfig.from_name(cfg).tile[1]
+        spec = parse_name(cfg)
+        if spec.dtype in MX_DTYPES + WEIGHT_ONLY_DTYPES:
+            shapes = MX_SHAPES + (MX_PARTIAL_K if spec.dtype == "mxfp8" else [])
+            if spec.kernel == "gemv":
+                tokens = spec.tile[1]
                 shapes = [(tokens if m < 0 else m, n, k) for m, n, k in (GEMV_QUICK if args.quick else GEMV_SHAPES)]
             for m, n, k in shapes:
                 for label, call, ref in mx_cases(cfg, m, n, k):
@@ -77,7 +79,7 @@ def main() -> int:
                     bad += not ok
                     print(f"{'ok ' if ok else 'BAD'} {cfg} {label} {m}x{n}x{k} rel_err={err:.2e}", flush=True)
             continue
-        fp8 = "_e4m3_" in cfg
+        fp8 = spec.dtype == "e4m3"
         for m, n, k in SHAPES:
             if fp8:
                 a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
@@ -85,8 +87,8 @@ def main() -> int:
                 sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
                 ref = (a.double() @ b.double()) * sa.double() * sb.double()
                 out = pg.scaled_mm(a, b, sa, sb, use_fast_accum=fast, config=cfg)
-            elif "_bf16_" in cfg or "_fp16_" in cfg:
-                dt = torch.bfloat16 if "_bf16_" in cfg else torch.float16
+            elif spec.dtype in ("bf16", "fp16"):
+                dt = torch.bfloat16 if spec.dtype == "bf16" else torch.float16
                 a = torch.randn(m, k, device="cuda", dtype=dt)
                 b = torch.randn(n, k, device="cuda", dtype=dt).t()
                 ref = a.double() @ b.double()

@@ -8,6 +8,7 @@ import pytest
 
 import persistent_gemm as pg
 from persistent_gemm import archs, catalogue, codegen
+from persistent_gemm.catalogue import parse_name
 
 explain = importlib.import_module("persistent_gemm.explain")  # the package exports the function
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,7 +90,7 @@ def test_built_modules_carry_the_table():
 def test_explain_sm100_uses_its_own_constants():
     """The same problem priced for an H200 and for a B200: the B200's published peaks (and its
     SM count) make the estimate smaller; the decision says the constants are unmeasured."""
-    fams = {arch: {e["config"].split("_")[1] for e in pg._C.built_kernels() if e["arch"] == arch}
+    fams = {arch: {parse_name(e["config"]).dtype for e in pg._C.built_kernels() if e["arch"] == arch}
             for arch in ("sm90a", "sm100a")}
     common = sorted(fams["sm90a"] & fams["sm100a"] & {"bf16", "mxfp8", "e4m3xe2m1"})
     if not common:

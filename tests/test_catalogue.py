@@ -17,17 +17,43 @@ from persistent_gemm.catalogue import (
     ConfigError,
     KernelConfig,
     lookup,
+    parse_name,
 )
 from persistent_gemm.schedule import TileSchedule
 
 @pytest.mark.parametrize("cfg", CATALOGUE, ids=lambda c: c.name)
 def test_catalogue_name_round_trip(cfg):
     assert cfg.rejection() is None
-    back = KernelConfig.from_name(cfg.name)
-    assert back == cfg
+    back = parse_name(cfg.name)  # name -> config -> name
+    assert back == cfg == KernelConfig.from_name(cfg.name)
     assert back.name == cfg.name == str(cfg)
     assert lookup(cfg.name) is cfg
     assert cfg.template_args()["name"] == cfg.name
+
+
+def test_the_name_grammar_reads_every_token_of_the_vocabulary():
+    # The parser is built from the same tables the name is written from: every arch, dtype and
+    # style token is read as itself (a config breaking a rule is refused by the rule, not the form).
+    from persistent_gemm.catalogue import ARCHS, DTYPES, STYLE_TOKENS
+
+    for arch in ARCHS:
+        for dtype in DTYPES:
+            for style, token in STYLE_TOKENS.items():
+                name = f"{arch}_{dtype}_128x128x64_c1x1_sw1_row_{token}"
+                try:
+                    cfg = parse_name(name)
+                except ConfigError as e:
+                    assert "is not of the form" not in str(e), name
+                else:
+                    assert (cfg.arch, cfg.dtype, cfg.kernel) == (arch, dtype, style) and cfg.name == name
+
+
+def test_a_malformed_name_shows_the_form():
+    with pytest.raises(ConfigError) as e:
+        parse_name("sm90a_bf16_128x256x64")
+    assert str(e.value).endswith(
+        "is not of the form <arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>[_sk<split_k>]"
+        "_<coop|pp|gemv|1sm|2sm>[_swapab][_fastacc][_bf16route|_fold][_s<stages>]")
 
 
 def test_catalogue_names_are_unique():

@@ -53,7 +53,7 @@ def test_cli_schedule_writes_png(tmp_path):
 
 def _main(capsys, *args):
     """The CLI in-process (a fresh interpreter costs seconds once the package imports torch)."""
-    from persistent_gemm.__main__ import main
+    from persistent_gemm.tools.cli import main
 
     rc = main(list(args))
     out, err = capsys.readouterr()
@@ -118,7 +118,8 @@ def test_cli_schedule_does_not_import_the_extension():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120)
     assert p.returncode == 0, p.stderr
     loaded = eval(p.stdout.strip().splitlines()[-1])
-    assert set(loaded) <= {"persistent_gemm.__main__", "persistent_gemm.schedule", "persistent_gemm.catalogue"}, loaded
+    assert set(loaded) <= {"persistent_gemm.__main__", "persistent_gemm.tools", "persistent_gemm.tools.cli",
+                           "persistent_gemm.footprint"}, loaded
 
 
 def test_cli_schedule_picture_options(tmp_path, capsys):

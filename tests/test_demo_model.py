@@ -1,4 +1,4 @@
-"""CPU tests of persistent_gemm.demo_model and the demo's real-model part: MGM's GPT-2 loads from
+"""CPU tests of persistent_gemm.tools.demo_model and the demo's real-model part: MGM's GPT-2 loads from
 the microformer-mgm wheel (or the installed package), matches an independent float64 computation,
 predicts a plausible genus after <bos>; the loader's errors; the dequantized-operand reference;
 and, with the compiled extension, quantize_ in every format keeps next-token agreement.
@@ -20,7 +20,7 @@ import torch
 from conftest import REPO
 
 import persistent_gemm as pg
-from persistent_gemm import demo_model as dm
+from persistent_gemm.tools import demo_model as dm
 
 WHEEL = REPO / ".whl" / dm.MGM_WHEEL
 
@@ -221,7 +221,7 @@ def test_measure_drift_isolates_the_kernel_error(monkeypatch, model):
 
 @needs_weights
 def test_demo_prints_the_real_model_table(monkeypatch, capsys, tmp_path):
-    from persistent_gemm import demo
+    from persistent_gemm.tools import demo
 
     nn = _nn()
     if not pg.extension_available():  # the table's plumbing, with a stand-in for the kernels
@@ -259,7 +259,7 @@ def test_demo_prints_the_real_model_table(monkeypatch, capsys, tmp_path):
 
 
 def test_demo_cli_options():
-    from persistent_gemm.__main__ import _parser
+    from persistent_gemm.tools.cli import _parser
 
     a = _parser().parse_args(["demo", "--model-weights", "w.whl", "--no-model"])
     assert a.model_weights == "w.whl" and a.no_model

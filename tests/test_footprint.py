@@ -1,5 +1,5 @@
 """CPU tests of the per-wave operand footprint (distinct A/B panels per wave, bytes), its
-text formatting, and the visit-order plot (:mod:`persistent_gemm.schedule`)."""
+text formatting (:mod:`persistent_gemm.footprint`), and the visit-order plot (:mod:`persistent_gemm.tools.picture`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from conftest import PNG_MAGIC, PROPS, schedules
 from hypothesis import given
 from hypothesis import strategies as st
 
+from persistent_gemm import footprint as foot
 from persistent_gemm import schedule as sch
+from persistent_gemm.tools import picture as pic
 from persistent_gemm.catalogue import CATALOGUE, ConfigError, KernelConfig
 from persistent_gemm.schedule import TileSchedule, ceil_div
 
@@ -23,8 +25,8 @@ def test_swizzle_8_moves_fewer_bytes_than_swizzle_1_on_8192_cube():
     M = N = K = 8192
     W = sch.default_workers(132, TileSchedule(cluster=(2, 1)))
     assert W == 66
-    s1 = sch.footprint_summary(BF16_CFG.format(1), M, N, K, W)
-    s8 = sch.footprint_summary(BF16_CFG.format(8), M, N, K, W)
+    s1 = foot.footprint_summary(BF16_CFG.format(1), M, N, K, W)
+    s8 = foot.footprint_summary(BF16_CFG.format(8), M, N, K, W)
     assert s1["waves"] == s8["waves"] == 16
     assert s8["total_bytes"] < s1["total_bytes"]
     assert s8["mean_bytes"] < s1["mean_bytes"]
@@ -43,7 +45,7 @@ def test_footprint_small_case_by_hand():
     # on rows 2, 3.
     cfg = KernelConfig(tile=(128, 128, 64), schedule=TileSchedule(swizzle=2, cluster=(1, 1)))
     M, N, K, W = 416, 500, 64, 3
-    fps = sch.wave_footprint(cfg, M, N, K, W)
+    fps = foot.wave_footprint(cfg, M, N, K, W)
     A = lambda rows: rows * K * 2  # noqa: E731
     B = A
     expected = [
@@ -57,32 +59,32 @@ def test_footprint_small_case_by_hand():
     ]
     assert [tuple(f)[:7] for f in fps] == expected
     assert all(f.total_bytes == f.a_bytes + f.b_bytes for f in fps)
-    s = sch.footprint_summary(cfg, M, N, K, W, footprints=fps)
+    s = foot.footprint_summary(cfg, M, N, K, W, footprints=fps)
     assert (s["a_panel_loads"], s["b_panel_loads"], s["panel_loads"]) == (12, 11, 23)
     assert s["total_bytes"] == 335360
     assert s["compulsory_bytes"] == (416 + 500) * 64 * 2 == 117248
     assert s["max_bytes"] == A(384) + B(244)
     assert s["mean_bytes"] == pytest.approx(335360 / 6)
-    assert s == sch.footprint_summary(cfg.name, M, N, K, W)  # a name works as well
+    assert s == foot.footprint_summary(cfg.name, M, N, K, W)  # a name works as well
 
 
 def test_footprint_excludes_tail_ctas_and_handles_more_workers_than_ids():
     # tile rows 0..2 in 2x1 clusters: cluster row 1 holds tile rows 2 and 3; row 3 is a tail CTA
     cfg = KernelConfig(tile=(128, 128, 64), schedule=TileSchedule(cluster=(2, 1)))
-    (f,) = sch.wave_footprint(cfg, 384, 256, 1000, workers=10)
+    (f,) = foot.wave_footprint(cfg, 384, 256, 1000, workers=10)
     assert (f.visits, f.tiles, f.a_panels, f.b_panels) == (4, 6, 3, 2)
     assert (f.a_bytes, f.b_bytes) == (384 * 1000 * 2, 256 * 1000 * 2)
 
 
 def test_footprint_fp4_b_operand_is_half_a_byte():
     cfg = KernelConfig(tile=(128, 128, 128), kernel="1sm", dtype="e4m3xe2m1", arch="sm100a")
-    assert sch.operand_bytes("e4m3xe2m1") == (1, 0.5)
-    fps = sch.wave_footprint(cfg, 256, 256, 128, workers=1)
+    assert foot.operand_bytes("e4m3xe2m1") == (1, 0.5)
+    fps = foot.wave_footprint(cfg, 256, 256, 128, workers=1)
     assert [(f.a_bytes, f.b_bytes) for f in fps] == [(128 * 128, 128 * 128 // 2)] * 4
     # an odd count of FP4 elements rounds up to whole bytes
-    (f,) = sch.wave_footprint(cfg, 1, 1, 3, workers=1)
+    (f,) = foot.wave_footprint(cfg, 1, 1, 3, workers=1)
     assert (f.a_bytes, f.b_bytes) == (3, 2)
-    s = sch.footprint_summary(cfg, 256, 256, 128, workers=1)
+    s = foot.footprint_summary(cfg, 256, 256, 128, workers=1)
     assert s["compulsory_bytes"] == 256 * 128 + 256 * 128 // 2
 
 
@@ -110,7 +112,7 @@ def _with_schedule(cfg, sched):
 )
 def test_footprint_matches_brute_force_over_order(cfg, M, N, K, W, batch):
     g = cfg.grid(M, N, batch=batch)
-    fps = sch.wave_footprint(cfg, M, N, K, W, batch=batch)
+    fps = foot.wave_footprint(cfg, M, N, K, W, batch=batch)
     assert len(fps) == g.waves(W)
     ms, ns, tiles = defaultdict(set), defaultdict(set), defaultdict(int)
     for w, step, l, r, c in g.order(W):
@@ -118,7 +120,7 @@ def test_footprint_matches_brute_force_over_order(cfg, M, N, K, W, batch):
             ms[step].add((l, m))
             ns[step].add((l, n))
             tiles[step] += 1
-    a_el, b_el = sch.operand_bytes(cfg.dtype)
+    a_el, b_el = foot.operand_bytes(cfg.dtype)
     if cfg.swap_ab:  # the grid's rows are the weight
         a_el, b_el = b_el, a_el
     tm, tn = cfg.cta_tile
@@ -131,7 +133,7 @@ def test_footprint_matches_brute_force_over_order(cfg, M, N, K, W, batch):
         assert f.b_bytes == ceil_div(int(cols * K * b_el * 2), 2)
     assert sum(f.tiles for f in fps) == batch * g.tiles_m * g.tiles_n
     assert sum(f.visits for f in fps) == g.num_ids
-    s = sch.footprint_summary(cfg, M, N, K, W, batch=batch, footprints=fps)
+    s = foot.footprint_summary(cfg, M, N, K, W, batch=batch, footprints=fps)
     assert s["total_bytes"] >= s["compulsory_bytes"]
     if W >= g.num_ids:
         assert s["waves"] == 1 and s["total_bytes"] == s["compulsory_bytes"]
@@ -139,24 +141,24 @@ def test_footprint_matches_brute_force_over_order(cfg, M, N, K, W, batch):
 
 def test_footprint_argument_errors():
     with pytest.raises(ValueError, match="K must be a positive int"):
-        sch.wave_footprint(CATALOGUE[0], 128, 128, 0, 1)
+        foot.wave_footprint(CATALOGUE[0], 128, 128, 0, 1)
     with pytest.raises(ValueError, match="workers must be a positive int"):
-        sch.wave_footprint(CATALOGUE[0], 128, 128, 64, 0)
+        foot.wave_footprint(CATALOGUE[0], 128, 128, 64, 0)
     with pytest.raises(ConfigError):
-        sch.wave_footprint("not_a_config", 128, 128, 64, 1)
+        foot.wave_footprint("not_a_config", 128, 128, 64, 1)
 
 
 def test_format_footprint_and_summary():
-    fps = sch.wave_footprint(BF16_CFG.format(8), 8192, 8192, 8192, 66)
-    table = sch.format_footprint(fps)
+    fps = foot.wave_footprint(BF16_CFG.format(8), 8192, 8192, 8192, 66)
+    table = foot.format_footprint(fps)
     lines = table.splitlines()
     assert lines[0].split() == ["wave", "ids", "tiles", "A", "panels", "B", "panels", "A", "MiB", "B", "MiB", "total", "MiB"]
     assert len(lines) == 2 + len(fps)
     assert lines[2].split() == ["0", "66", "132", "16", "9", "32.0", "36.0", "68.0"]
-    short = sch.format_footprint(fps, max_rows=4).splitlines()
+    short = foot.format_footprint(fps, max_rows=4).splitlines()
     assert len(short) == 2 + 4 + 1 and short[4].strip() == "..."
     assert short[-1] == lines[-1]
-    text = sch.format_summary(sch.footprint_summary(BF16_CFG.format(8), 8192, 8192, 8192, 66, footprints=fps))
+    text = foot.format_summary(foot.footprint_summary(BF16_CFG.format(8), 8192, 8192, 8192, 66, footprints=fps))
     assert "1168.0 MiB" in text and "4.56x" in text
 
 
@@ -168,7 +170,7 @@ def test_format_footprint_and_summary():
 def test_visit_grid_matches_order():
     cfg = KernelConfig(tile=(128, 128, 64), schedule=TileSchedule(swizzle=3, cluster=(2, 2), raster="column"))
     M, N, W = 1000, 1500, 5
-    step, worker = sch.visit_grid(cfg, M, N, W)
+    step, worker = pic.visit_grid(cfg, M, N, W)
     g = cfg.schedule.over(M, N, (128, 128))
     assert len(step) == g.tiles_m and all(len(r) == g.tiles_n for r in step)
     for w, s, _, r, c in g.order(W):
@@ -180,10 +182,10 @@ def test_visit_grid_matches_order():
 def test_plot_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
     small = tmp_path / "small.png"
-    assert sch.plot("sm90a_bf16_128x256x64_c2x1_sw4_row_coop", 1500, 3000, small, workers=7) == small
+    assert pic.plot("sm90a_bf16_128x256x64_c2x1_sw4_row_coop", 1500, 3000, small, workers=7) == small
     assert small.read_bytes()[:8] == PNG_MAGIC
     big = tmp_path / "big.png"  # 80 x 40 tiles: too many to label, still drawn
-    assert sch.plot(CATALOGUE[0], 80 * 128, 40 * 256, str(big)) == str(big)
+    assert pic.plot(CATALOGUE[0], 80 * 128, 40 * 256, str(big)) == str(big)
     assert big.read_bytes()[:8] == PNG_MAGIC
 
 
@@ -191,32 +193,32 @@ def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
     for mod in ("matplotlib", "matplotlib.figure", "matplotlib.backends", "matplotlib.backends.backend_agg"):
         monkeypatch.setitem(sys.modules, mod, None)
     with pytest.raises(ImportError, match=r"pip install matplotlib.*pip install '\.\[plot\]'"):
-        sch.plot(CATALOGUE[0], 1024, 1024, tmp_path / "x.png")
+        pic.plot(CATALOGUE[0], 1024, 1024, tmp_path / "x.png")
 
 
 def test_plot_colours_by_worker_and_outlines_a_tile(tmp_path):
     pytest.importorskip("matplotlib")
     cfg = "sm90a_bf16_128x64x64_c1x2_sw3_column_pp"  # any spec: it need not be built
     p = tmp_path / "w.png"
-    assert sch.plot(cfg, 2000, 3000, p, workers=9, color_by="worker", highlight=(3, 5)) == p
+    assert pic.plot(cfg, 2000, 3000, p, workers=9, color_by="worker", highlight=(3, 5)) == p
     assert p.read_bytes()[:8] == PNG_MAGIC
     with pytest.raises(ValueError, match="color_by must be 'wave' or 'worker'"):
-        sch.plot(cfg, 2000, 3000, p, color_by="step")
+        pic.plot(cfg, 2000, 3000, p, color_by="step")
     with pytest.raises(ValueError, match=r"highlight=\(16, 0\) is outside the 16 x 47 tile grid"):
-        sch.plot(cfg, 2000, 3000, p, highlight=(16, 0))
+        pic.plot(cfg, 2000, 3000, p, highlight=(16, 0))
     with pytest.raises(TypeError, match="highlight must be a"):
-        sch.plot(cfg, 2000, 3000, p, highlight=3)
+        pic.plot(cfg, 2000, 3000, p, highlight=3)
 
 
 def test_wave_edges_separate_exactly_the_tiles_of_different_waves():
     # 2 x 2 tiles, row raster, one row per panel, 2 workers: row 0 is wave 0, row 1 wave 1.
-    step, _ = sch.visit_grid(KernelConfig(tile=(128, 64, 64), kernel="pingpong",
+    step, _ = pic.visit_grid(KernelConfig(tile=(128, 64, 64), kernel="pingpong",
                                           schedule=TileSchedule(swizzle=1, cluster=(1, 1))), 256, 128, 2)
     assert step == [[0, 0], [1, 1]]
-    assert sorted(sch.wave_edges(step)) == [((0.5, 0.5), (-0.5, 0.5)), ((0.5, 0.5), (0.5, 1.5))]
+    assert sorted(pic.wave_edges(step)) == [((0.5, 0.5), (-0.5, 0.5)), ((0.5, 0.5), (0.5, 1.5))]
     cfg = KernelConfig(tile=(128, 64, 64), kernel="pingpong", schedule=TileSchedule(swizzle=3, cluster=(1, 2)))
-    step, _ = sch.visit_grid(cfg, 1300, 900, 7)
-    edges = set(sch.wave_edges(step))
+    step, _ = pic.visit_grid(cfg, 1300, 900, 7)
+    edges = set(pic.wave_edges(step))
     for m in range(len(step)):
         for n in range(len(step[0])):
             if n + 1 < len(step[0]):
@@ -230,5 +232,5 @@ def test_footprint_swap_ab_fp4_prices_the_grid_rows_as_the_weight():
     e4m3 activations; the kernel's extents are the op's (N, M)."""
     cfg = KernelConfig(tile=(128, 128, 128), kernel="cooperative", dtype="e4m3xe2m1", arch="sm90a",
                        schedule=TileSchedule(cluster=(1, 2)), swap_ab=True)
-    (f,) = sch.wave_footprint(cfg, 256, 256, 128, workers=10)
+    (f,) = foot.wave_footprint(cfg, 256, 256, 128, workers=10)
     assert (f.a_bytes, f.b_bytes) == (256 * 128 // 2, 256 * 128)

@@ -26,7 +26,7 @@ from conftest import (
 )
 
 import persistent_gemm as pg
-from persistent_gemm.catalogue import CATALOGUE
+from persistent_gemm.catalogue import CATALOGUE, parse_name
 
 pytestmark = pytest.mark.gpu
 
@@ -101,7 +101,7 @@ def test_mm_out_dtypes(dtype, out_dtype, mnk):
 
 @pytest.mark.parametrize("name", built_configs("bf16", arch=ARCH) + built_configs("fp16", arch=ARCH))
 def test_mm_every_config(name):
-    dtype = torch.bfloat16 if "_bf16_" in name else torch.float16
+    dtype = torch.bfloat16 if parse_name(name).dtype == "bf16" else torch.float16
     cfg = catalogue_config(name)
     tm = cfg.cta_tile[0]
     m = cfg.schedule.cluster_m * tm * 3 + tm + 17  # a tail cluster: M not a multiple of cluster_m * tile_m

@@ -24,7 +24,7 @@ from conftest import (
 )
 
 import persistent_gemm as pg
-from persistent_gemm.catalogue import CATALOGUE
+from persistent_gemm.catalogue import CATALOGUE, parse_name
 
 pytestmark = pytest.mark.gpu
 
@@ -42,7 +42,7 @@ ids = lambda s: "x".join(map(str, s))  # noqa: E731
 
 
 def family(name: str) -> str:
-    return name.split("_")[1]
+    return parse_name(name).dtype
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=ids)

@@ -34,6 +34,7 @@ from conftest import (
 from mx_helpers import MX_FLOOR
 
 import persistent_gemm as pg
+from persistent_gemm.catalogue import parse_name
 
 pytestmark = pytest.mark.gpu
 
@@ -79,7 +80,7 @@ def _run(op, args, out_dtype, name, bias, scalars):
 @pytest.mark.parametrize("shape", SHAPES, ids=ids)
 @pytest.mark.parametrize("name", NAMES)
 def test_forced_configs_fuse_bias_alpha_beta(name, shape):
-    fam = name.split("_")[1]
+    fam = parse_name(name).dtype
     m, n, k = shape
     cfg = catalogue_config(name)
     if cfg.kernel == "gemv":  # a decode GEMV takes at most tile_n tokens (its rule refuses more)
@@ -98,9 +99,9 @@ def test_forced_configs_fuse_bias_alpha_beta(name, shape):
             assert err <= bound, f"{op} {out_dtype} rowwise={rowwise}: rel err {err:.3g} > {bound:.3g}"
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if "_sk" in n])
+@pytest.mark.parametrize("name", [n for n in NAMES if parse_name(n).schedule.split_k > 1])
 def test_split_k_with_bias_is_bitwise_reproducible(name):
-    fam = name.split("_")[1]
+    fam = parse_name(name).dtype
     op, args, ref, _ = _operands(fam, 2, 1000, 4096 + 96, rowwise=True)
     bias = randn(1, 1000, torch.float32, seed=3, device=CUDA).reshape(1000).to(torch.bfloat16)
     scalars = {"alpha": ALPHA, "beta": BETA} if op in ("mm", "scaled_mm") else {}

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import persistent_gemm as pg
 from persistent_gemm import codegen, jit
 from persistent_gemm import tuning as tune
-from persistent_gemm.catalogue import CATALOGUE, ConfigError, KernelConfig
+from persistent_gemm.catalogue import CATALOGUE, ConfigError, KernelConfig, parse_name
 from persistent_gemm.library import Variant
 from persistent_gemm.schedule import TileSchedule
 
@@ -194,8 +194,9 @@ def test_jit_compiles_registers_and_a_second_process_hits_the_cache(tmp_path, mo
     assert "registered True" in p.stdout and "explained True" in p.stdout
     assert "compiling" not in p.stderr  # a hit: loaded, not built
     assert so.stat().st_mtime_ns == mtime and len(list(tmp_path.glob("pgemm_jit_*.so"))) == 1
+    # A hit is proven above (no compile, the .so untouched); its time is reported, not asserted.
     took = float(p.stdout.split("took")[1].split()[0])
-    assert took < min(20.0, compile_s / 2), f"a cache hit took {took:.1f} s against a {compile_s:.0f} s compile"
+    print(f"cache hit in a second process: {took:.1f} s against a {compile_s:.0f} s compile")
 
 
 # -- ops: checks before anything is compiled -------------------------------------------------------
@@ -240,7 +241,7 @@ def _entry(config: str, **kw) -> dict:
 @pytest.mark.skipif("sm90a" not in (pg._C.registered_arches() if pg._C else []), reason="needs sm90a kernels")
 def test_tuned_winner_decides_before_the_cost_model(tmp_path, monkeypatch):
     monkeypatch.setenv(jit.CACHE_ENV, str(tmp_path))
-    names = sorted({e["config"] for e in pg._C.built_kernels() if e["config"].startswith("sm90a_bf16_")
+    names = sorted({e["config"] for e in pg._C.built_kernels() if e["arch"] == "sm90a" and parse_name(e["config"]).dtype == "bf16"
                     and e["a_k_major"] and e["b_k_major"] and e["d_dtype"] == 0})
     default = pg.explain(1000, 2000, 3000)
     assert not default.tuned
@@ -287,11 +288,15 @@ def test_ensure_many_compiles_concurrently_and_collects_failures(monkeypatch):
 
     seen, lock = [], threading.Lock()
     bad = NEVER_BUILT.schedule.replace(swizzle=13)
+    # Side by side, proven without a clock: the three builds must all be in flight at once to
+    # pass the barrier (one at a time, the first waits out the timeout and breaks it).
+    together = threading.Barrier(3, timeout=60)
 
     def fake_ensure(cfg, quiet=False):
         with lock:
             seen.append((threading.get_ident(), os.environ.get("MAX_JOBS")))
-        time.sleep(0.3)
+        if together is not None:
+            together.wait()
         if cfg.schedule == bad:
             raise jit.JitCompileError("injected")
         return cfg.name
@@ -301,10 +306,9 @@ def test_ensure_many_compiles_concurrently_and_collects_failures(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     specs = [KernelConfig(tile=(128, 64, 64), kernel="pingpong", schedule=NEVER_BUILT.schedule.replace(swizzle=s))
              for s in (10, 11, 12)]
-    t = time.perf_counter()
     out = jit.ensure_many(specs + [specs[0].name], jobs=3)  # the name repeats a spec: compiled once
-    assert time.perf_counter() - t < 0.8  # three 0.3 s builds side by side
     assert out == [s.name for s in specs] and len(seen) == 3
+    together = None  # the calls below run fewer builds than the barrier's three
     assert len({tid for tid, _ in seen}) == 3 and {mj for _, mj in seen} == {"5"}  # 16 cores / 3 builds
     assert "MAX_JOBS" not in os.environ
     failing = KernelConfig(tile=(128, 64, 64), kernel="pingpong", schedule=bad)

@@ -13,6 +13,11 @@ import persistent_gemm as pg
 pytestmark = pytest.mark.skipif(not pg.extension_available(), reason="needs the built extension (the ops' schemas)")
 
 
+def _op(name):
+    """The op's default overload, looked up when called: collection needs no extension."""
+    return lambda *args, **kwargs: getattr(torch.ops.persistent_gemm, name).default(*args, **kwargs)
+
+
 def _operands():
     a16, b16 = torch.randn(4, 64).bfloat16(), torch.randn(64, 3).bfloat16()
     a8, b8 = torch.randn(4, 64).to(torch.float8_e4m3fn), torch.randn(3, 64).to(torch.float8_e4m3fn).t()
@@ -20,12 +25,12 @@ def _operands():
     wq8, ws8 = pg.quantize_mxfp8(torch.randn(3, 64))
     wq4, ws4 = pg.quantize_mxfp4(torch.randn(3, 64))
     return {
-        "mm": (torch.ops.persistent_gemm.mm.default, dict(a=a16, b=b16)),
-        "scaled_mm": (torch.ops.persistent_gemm.scaled_mm.default,
+        "mm": (_op("mm"), dict(a=a16, b=b16)),
+        "scaled_mm": (_op("scaled_mm"),
                       dict(a=a8, b=b8, scale_a=torch.tensor(1.0), scale_b=torch.tensor(1.0))),
-        "mxfp8_mm": (torch.ops.persistent_gemm.mxfp8_mm.default, dict(a=xq, b=wq8.t(), scale_a=xs, scale_b=ws8)),
-        "fp8_fp4_mm": (torch.ops.persistent_gemm.fp8_fp4_mm.default, dict(a=xq, b=wq4.t(), scale_a=xs, scale_b=ws4)),
-        "dequantize_mx": (torch.ops.persistent_gemm.dequantize_mx.default, dict(data=wq8, scale=ws8)),
+        "mxfp8_mm": (_op("mxfp8_mm"), dict(a=xq, b=wq8.t(), scale_a=xs, scale_b=ws8)),
+        "fp8_fp4_mm": (_op("fp8_fp4_mm"), dict(a=xq, b=wq4.t(), scale_a=xs, scale_b=ws4)),
+        "dequantize_mx": (_op("dequantize_mx"), dict(data=wq8, scale=ws8)),
     }
 
 

@@ -1,4 +1,4 @@
-"""CPU tests of the schedule picture (:mod:`persistent_gemm.picture`): the pure data behind it
+"""CPU tests of the schedule picture (:mod:`persistent_gemm.tools.picture`): the pure data behind it
 (cluster and swizzle-panel outlines, one wave's operand footprint, build status, colours,
 legends, titles and captions), checked against the schedule's own walk without matplotlib,
 and drawing smoke tests that skip without matplotlib."""
@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import persistent_gemm as pg
-from persistent_gemm import picture as pic
-from persistent_gemm import schedule as sch
+from persistent_gemm.tools import picture as pic
+from persistent_gemm import footprint as foot
 from persistent_gemm.catalogue import CATALOGUE, KernelConfig
 from persistent_gemm.schedule import TileSchedule, ceil_div
 
@@ -143,7 +143,7 @@ def test_panels_by_hand():
 
 
 def _elem_bytes(cfg):
-    a, b = sch.operand_bytes(cfg.dtype)
+    a, b = foot.operand_bytes(cfg.dtype)
     return (b, a) if cfg.swap_ab else (a, b)
 
 
@@ -185,7 +185,7 @@ def test_wave_footprint_matches_brute_force(cfg, M, N, K, W):
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_ids(CONFIGS))
 def test_wave_footprint_agrees_with_schedule_footprint(cfg):
     M, N, K, W = 3000, 2000, 1000, 11
-    per_wave = sch.wave_footprint(cfg, M, N, K, W)
+    per_wave = foot.wave_footprint(cfg, M, N, K, W)
     units = 0
     for f in per_wave:
         fp = pic.wave_operand_footprint(cfg, M, N, K, W, f.wave)
@@ -366,7 +366,7 @@ def test_panel_data_rejects_bad_arguments():
 
 def _no_matplotlib(monkeypatch):
     for mod in ("matplotlib", "matplotlib.figure", "matplotlib.backends", "matplotlib.backends.backend_agg",
-                "persistent_gemm.picture_layers"):
+                "persistent_gemm.tools.picture_layers"):
         monkeypatch.setitem(sys.modules, mod, None)
 
 
@@ -417,7 +417,6 @@ def test_plot_writes_png(tmp_path, cfg, M, N, kw):
     p = tmp_path / "s.png"
     assert pic.plot(cfg, M, N, p, **kw) == p
     assert p.read_bytes()[:8] == PNG_MAGIC
-    assert sch.plot is pic.plot  # still what persistent_gemm.schedule exports
 
 
 def test_plot_compare_writes_png(tmp_path):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import persistent_gemm as pg
+from persistent_gemm.catalogue import parse_name
 
 pytestmark = pytest.mark.skipif(not pg.extension_available(), reason="extension not built")
 
@@ -41,7 +42,7 @@ def sass(arch: str) -> str:
 
 
 def _built_families(arch: str) -> set:
-    return {e["config"].split("_")[1] for e in pg._C.built_kernels() if e["arch"] == arch}
+    return {parse_name(e["config"]).dtype for e in pg._C.built_kernels() if e["arch"] == arch}
 
 
 def test_sm90a_uses_wgmma_and_tma():
@@ -75,7 +76,7 @@ def test_sm100a_uses_tcgen05_mma():
     text = sass("sm100a")
     assert re.search(r"\bUTC\w*MMA", text), "no tcgen05 (UTC*MMA) instruction in the sm100a module"
     built = {e["config"] for e in pg._C.built_kernels() if e["arch"] == "sm100a"}
-    if any(c.split("_")[1] in ("bf16", "fp16") and c.endswith("_2sm") for c in built):
+    if any(parse_name(c).dtype in ("bf16", "fp16") and parse_name(c).kernel == "2sm" for c in built):
         assert "UTCHMMA.2CTA" in text, "the catalogue's 2-SM 16-bit config should issue paired-CTA MMAs"
     assert "code for sm_100a" in text
 
@@ -92,7 +93,7 @@ def test_sm100a_mx_kernels_issue_block_scaled_mma():
     copies the scale factors smem -> TMEM (UTCCP 4x32dp128bit); the 2-SM ones in their .2CTA
     forms. One such kernel per built SM100 MX entry."""
     text = sass("sm100a")
-    entries = [e for e in pg._C.built_kernels() if e["arch"] == "sm100a" and e["config"].split("_")[1] in ("mxfp8", "e4m3xe2m1")]
+    entries = [e for e in pg._C.built_kernels() if e["arch"] == "sm100a" and parse_name(e["config"]).dtype in ("mxfp8", "e4m3xe2m1")]
     if not entries:
         pytest.skip("no sm100a MX kernel built")
     mx = {name: body for name, body in _functions(text).items() if "BlockScaled" in name}

@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from persistent_gemm import codegen, jit
-from persistent_gemm import schedule as sch
+from persistent_gemm import footprint as foot
+from persistent_gemm.tools import picture as pic
 from persistent_gemm.catalogue import CATALOGUE, ConfigError, KernelConfig
 from persistent_gemm.schedule import TileSchedule, ceil_div
 
@@ -102,20 +103,20 @@ def test_split_k_and_swap_ab_lower_to_predicated_stores(swap_ab):
 
 def test_footprint_of_one_wave_is_the_same_bytes_split_or_not():
     M, N, K = 1000, 700, 1000
-    one = sch.wave_footprint(_cfg(1), M, N, K, workers=10_000)
-    four = sch.wave_footprint(_cfg(4), M, N, K, workers=10_000)
+    one = foot.wave_footprint(_cfg(1), M, N, K, workers=10_000)
+    four = foot.wave_footprint(_cfg(4), M, N, K, workers=10_000)
     assert len(one) == len(four) == 1
     assert (four[0].a_bytes, four[0].b_bytes) == (one[0].a_bytes, one[0].b_bytes)
     assert four[0].a_panels == 4 * one[0].a_panels and four[0].tiles == 4 * one[0].tiles
-    many = sch.wave_footprint(_cfg(4), M, N, K, workers=7)
+    many = foot.wave_footprint(_cfg(4), M, N, K, workers=7)
     assert sum(f.tiles for f in many) == 4 * one[0].tiles
 
 
 def test_picture_and_cli_show_split_k(tmp_path, capsys):
-    step, worker = sch.visit_grid(_cfg(3), 512, 256, workers=5, K=640)  # 4 x 4 tiles, 10 K-tiles
+    step, worker = pic.visit_grid(_cfg(3), 512, 256, workers=5, K=640)  # 4 x 4 tiles, 10 K-tiles
     assert [[step[m][n] * 5 + worker[m][n] for n in range(4)] for m in range(4)] == \
         [[3 * (4 * m + n) for n in range(4)] for m in range(4)]  # split 0 of unit u is id 3u (sw1, row)
-    from persistent_gemm.__main__ import main
+    from persistent_gemm.tools.cli import main
 
     rc = main(["schedule", "--m", "512", "--n", "256", "--k", "640", "--tile", "128x64x64", "--kernel", "pp",
                "--cluster", "1x1", "--swizzle", "1", "--split-k", "3"])
@@ -123,4 +124,4 @@ def test_picture_and_cli_show_split_k(tmp_path, capsys):
     assert rc == 0 and "sw1_row_sk3_pp" in out and "split-K   3 units per tile, each a range of the 10 K-tiles" in out
     pytest.importorskip("matplotlib")
     p = tmp_path / "sk.png"
-    assert sch.plot(_cfg(3), 512, 256, p, workers=5, K=640) == p
+    assert pic.plot(_cfg(3), 512, 256, p, workers=5, K=640) == p

@@ -14,8 +14,10 @@ import pytest
 import torch
 
 import persistent_gemm as pg
+from persistent_gemm import footprint as foot
 from persistent_gemm import schedule as sch
-from persistent_gemm.catalogue import CATALOGUE, KernelConfig
+from persistent_gemm.tools import picture as pic
+from persistent_gemm.catalogue import CATALOGUE, KernelConfig, parse_name
 from persistent_gemm.quant import dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp4, quantize_mxfp8
 from persistent_gemm.schedule import ScheduleGrid, TileSchedule
 
@@ -91,7 +93,7 @@ def test_explain_checks_before_it_needs_the_extension(monkeypatch):
     def missing():
         raise ImportError("not built")
 
-    monkeypatch.setattr(pg, "require_extension", missing)
+    monkeypatch.setattr(pg._extension, "require_extension", missing)
     _raises(ValueError, "M", pg.explain, 0, 4096, 4096)
     with pytest.raises(ImportError, match="not built"):
         pg.explain(64, 64, 64)
@@ -115,7 +117,7 @@ class _FakeExtension:
 
 def test_explain_passes_use_fast_accum_down_and_reports_it(monkeypatch):
     fake = _FakeExtension(answer_fast_accum=True)
-    monkeypatch.setattr(pg, "require_extension", lambda: fake)
+    monkeypatch.setattr(pg._extension, "require_extension", lambda: fake)
     d = pg.explain(256, 512, 1024, dtype="e4m3", scale="row", use_fast_accum=True)
     assert fake.calls[-1]["fast_accum"] is True and d.fast_accum is True
     assert fake.calls[-1]["out_dtype"] == "bf16" and fake.calls[-1]["scale"] == "row"
@@ -128,7 +130,7 @@ def test_explain_passes_use_fast_accum_down_and_reports_it(monkeypatch):
 
 
 def test_decision_fast_accum_defaults_to_false_when_not_reported(monkeypatch):
-    monkeypatch.setattr(pg, "require_extension", lambda: _FakeExtension())
+    monkeypatch.setattr(pg._extension, "require_extension", lambda: _FakeExtension())
     assert pg.explain(64, 64, 64).fast_accum is False
     assert pg.Decision("c", True, False, False, False).fast_accum is False
 
@@ -152,7 +154,7 @@ def test_explain_zero_size_raises_instead_of_killing_the_interpreter():
 
 @pytest.mark.skipif(not pg.extension_available(), reason="needs the compiled extension")
 def test_explain_use_fast_accum_with_the_extension():
-    if not any(e["config"].startswith("sm90a_e4m3_") for e in pg._C.built_kernels()):
+    if not any(e["arch"] == "sm90a" and parse_name(e["config"]).dtype == "e4m3" for e in pg._C.built_kernels()):
         pytest.skip("needs sm90a e4m3 kernels built")
     d = pg.explain(4096, 4096, 4096, dtype="e4m3", scale="tensor")
     assert d.fast_accum is False
@@ -173,12 +175,13 @@ def test_explain_mx_arguments(kwargs, match):
 @pytest.mark.skipif(not pg.extension_available(), reason="needs the compiled extension")
 @pytest.mark.parametrize("dtype", ["mxfp8", "e4m3xe2m1"])
 def test_explain_mx_picks_a_built_mx_kernel(dtype):
-    built = [e for e in pg._C.built_kernels() if e["config"].startswith(f"sm90a_{dtype}_")]
+    built = [e for e in pg._C.built_kernels() if e["arch"] == "sm90a" and parse_name(e["config"]).dtype == dtype]
     if not built:
         pytest.skip(f"no sm90a {dtype} kernel built")
     d = pg.explain(1, 8192, 8192, dtype=dtype)
-    assert d.config.startswith(f"sm90a_{dtype}_")
-    assert d.swap_ab == d.config.endswith("_swapab")
+    cfg = parse_name(d.config)
+    assert (cfg.arch, cfg.dtype) == ("sm90a", dtype)
+    assert d.swap_ab == cfg.swap_ab
     assert "MX scales applied per 32-K block" in str(d)
     if dtype == "e4m3xe2m1":
         assert d.swap_ab  # the e2m1 weight is the register-sourced A operand
@@ -282,30 +285,30 @@ def test_default_workers_rejects_bad_arguments():
     ],
 )
 def test_wave_footprint_rejects_bad_arguments(args, kwargs, exc, names):
-    _raises(exc, names, sch.wave_footprint, *args, **kwargs)
+    _raises(exc, names, foot.wave_footprint, *args, **kwargs)
 
 
 def test_footprint_summary_checks_its_arguments_even_with_footprints_given():
-    fps = sch.wave_footprint(CFG, 1024, 1024, 64, 4)
-    _raises(ValueError, ["workers", r"\b0\b"], sch.footprint_summary, CFG, 1024, 1024, 64, 0, footprints=fps)
-    _raises(ValueError, [r"\bK\b", r"\b0\b"], sch.footprint_summary, CFG, 1024, 1024, 0, 4, footprints=fps)
-    _raises(ValueError, [r"\bM\b", r"\b0\b"], sch.footprint_summary, CFG, 0, 1024, 64, 4, footprints=fps)
-    _raises(ValueError, ["footprints"], sch.footprint_summary, CFG, 1024, 1024, 64, 4, footprints=[])
-    _raises(ValueError, ["max_rows", r"\b0\b"], sch.format_footprint, fps, max_rows=0)
-    _raises(TypeError, ["max_rows", "2.0"], sch.format_footprint, fps, max_rows=2.0)
-    _raises(ValueError, ["dtype", "int8"], sch.operand_bytes, "int8")
+    fps = foot.wave_footprint(CFG, 1024, 1024, 64, 4)
+    _raises(ValueError, ["workers", r"\b0\b"], foot.footprint_summary, CFG, 1024, 1024, 64, 0, footprints=fps)
+    _raises(ValueError, [r"\bK\b", r"\b0\b"], foot.footprint_summary, CFG, 1024, 1024, 0, 4, footprints=fps)
+    _raises(ValueError, [r"\bM\b", r"\b0\b"], foot.footprint_summary, CFG, 0, 1024, 64, 4, footprints=fps)
+    _raises(ValueError, ["footprints"], foot.footprint_summary, CFG, 1024, 1024, 64, 4, footprints=[])
+    _raises(ValueError, ["max_rows", r"\b0\b"], foot.format_footprint, fps, max_rows=0)
+    _raises(TypeError, ["max_rows", "2.0"], foot.format_footprint, fps, max_rows=2.0)
+    _raises(ValueError, ["dtype", "int8"], foot.operand_bytes, "int8")
 
 
 def test_visit_grid_and_plot_reject_bad_arguments(tmp_path):
     # plot checks its arguments before it needs matplotlib
     png = tmp_path / "x.png"
-    _raises(ValueError, ["workers", r"\b0\b"], sch.visit_grid, CFG, 1024, 1024, 0)
-    _raises(ValueError, [r"\bM\b", r"\b0\b"], sch.visit_grid, CFG, 0, 1024, 4)
-    _raises(ValueError, ["workers", r"\b0\b"], sch.plot, CFG, 1024, 1024, png, workers=0)
-    _raises(ValueError, ["sm_count", r"\b0\b"], sch.plot, CFG, 1024, 1024, png, sm_count=0)
-    _raises(TypeError, ["sm_count", "132.0"], sch.plot, CFG, 1024, 1024, png, sm_count=132.0)
-    _raises(ValueError, [r"\bN\b", "-1"], sch.plot, CFG, 1024, -1, png)
-    _raises(TypeError, ["config"], sch.plot, None, 1024, 1024, png)
+    _raises(ValueError, ["workers", r"\b0\b"], pic.visit_grid, CFG, 1024, 1024, 0)
+    _raises(ValueError, [r"\bM\b", r"\b0\b"], pic.visit_grid, CFG, 0, 1024, 4)
+    _raises(ValueError, ["workers", r"\b0\b"], pic.plot, CFG, 1024, 1024, png, workers=0)
+    _raises(ValueError, ["sm_count", r"\b0\b"], pic.plot, CFG, 1024, 1024, png, sm_count=0)
+    _raises(TypeError, ["sm_count", "132.0"], pic.plot, CFG, 1024, 1024, png, sm_count=132.0)
+    _raises(ValueError, [r"\bN\b", "-1"], pic.plot, CFG, 1024, -1, png)
+    _raises(TypeError, ["config"], pic.plot, None, 1024, 1024, png)
     assert not png.exists()
 
 
@@ -320,7 +323,7 @@ def test_kernel_config_grid_rejects_zero_extents():
 
 
 def _main(capsys, *args):
-    from persistent_gemm.__main__ import main
+    from persistent_gemm.tools.cli import main
 
     try:
         rc = main(list(args))

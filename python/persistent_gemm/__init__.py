@@ -16,8 +16,6 @@ compiled extension; the ops need it (``scripts/setup_and_demo.sh`` builds it).
 
 from __future__ import annotations
 
-import importlib
-
 from ._version import __version__
 from .archs import ARCH_NAMES, ARCHS
 from .catalogue import CATALOGUE, ConfigError, KernelConfig
@@ -29,69 +27,19 @@ from .scale_layout import SCALE_LAYOUTS, from_blocked, to_blocked
 from .schedule import ScheduleGrid, TileSchedule
 from .tuning import TuneResult, clear_tuning, load_tuning, tune
 
+# Loads _C and registers the arch modules; everything else here builds on it.
+from ._extension import (_C, _IMPORT_ERROR, _why_not_built, built_archs, built_configs,  # noqa: F401
+                         extension_available, require_extension)
+
 ARCH_MODULES = ARCH_NAMES  # one extension module _C_<arch> per archs.ARCHS entry
 
-try:
-    from . import _C  # noqa: F401  (registers the schemas, CPU references and CUDA dispatch)
-except ImportError as _e:  # pragma: no cover - exercised only in an unbuilt checkout
-    _C = None
-    _IMPORT_ERROR = _e
-else:
-    _IMPORT_ERROR = None
-    # Each arch module hands its kernel table to _C; a missing one just means "not built".
-    for _arch in ARCH_MODULES:
-        try:
-            _mod = importlib.import_module(f"{__name__}._C_{_arch}")
-        except ImportError:
-            continue
-        _C.register_arch(_mod.arch_export())
+if _C is not None:
     from . import selfcheck as _selfcheck  # noqa: E402
 
     _selfcheck.install()  # the first-use self-check of unvalidated archs runs in a child process
     from . import _ops  # noqa: E402  fake kernels + autograd (needs the schemas)
     from ._ops import addmm, fp8_fp4_mm, mm, mxfp8_mm, scaled_mm  # noqa: E402,F401
     from . import nn  # noqa: E402,F401  Linear layers and quantize_ (need the ops)
-
-
-def extension_available() -> bool:
-    """True when the compiled extension loaded (the ops exist)."""
-    return _C is not None
-
-
-def require_extension():
-    """The compiled ``_C`` module, or an ImportError saying how to build it."""
-    if _C is None:
-        raise ImportError(
-            "persistent_gemm's compiled extension is not built: run "
-            "`scripts/setup_and_demo.sh` (or `scripts/setup_and_test.sh`) in the repository "
-            f"({_why_not_built()})"
-        )
-    return _C
-
-
-def _why_not_built() -> str:
-    """No extension file at all (a Python-only install, an unbuilt checkout) says so; a file that
-    failed to load gives the loader's error (a missing symbol, a torch mismatch)."""
-    import pathlib
-
-    here = pathlib.Path(__file__).parent
-    if not any(here.glob("_C.*.so")) and not any(here.glob("_C.*.pyd")):
-        return f"no _C extension file in {here}: a Python-only install, or a checkout not built yet"
-    return f"import error: {_IMPORT_ERROR}"
-
-
-def built_archs() -> list[str]:
-    """Arch modules whose kernels were built and registered, e.g. ``["sm90a", "sm100a"]``."""
-    return list(require_extension().registered_arches())
-
-
-def built_configs(arch: str | None = None) -> list[str]:
-    """Sorted names of the configs this process can run without compiling: the built ones and
-    any JIT-compiled ones loaded so far; ``arch`` (e.g. ``"sm90a"``) narrows to one arch.
-    Empty when the extension is not built."""
-    if _C is None:
-        return []
-    return sorted({e["config"] for e in _C.built_kernels() if arch is None or e["arch"] == arch})
 
 
 def build_info() -> dict:

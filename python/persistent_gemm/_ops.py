@@ -15,6 +15,7 @@ import torch
 
 from . import jit as _jit
 from .quant import _NATIVE_DTYPES
+from .scale_layout import SCALE_LAYOUTS, padded_extents
 
 if TYPE_CHECKING:
     from .catalogue import KernelConfig
@@ -41,10 +42,11 @@ def _check_k(a: torch.Tensor, k_b) -> None:
 def _check_scale(name: str, s: torch.Tensor, rows, k, scale_layout: str, layout_arg: str = "scale_layout") -> None:
     torch._check(s.dtype == torch.float8_e8m0fnu, lambda: f"{name} must be float8_e8m0fnu, got {s.dtype}")
     blocks = (k + _MX_BLOCK - 1) // _MX_BLOCK
-    torch._check(scale_layout in ("plain", "blocked"),
+    torch._check(scale_layout in SCALE_LAYOUTS,
                  lambda: f"{layout_arg} must be 'plain' or 'blocked', got {scale_layout!r}")
     if scale_layout == "blocked":
-        want = (rows + 127) // 128 * 128 * ((blocks + 3) // 4 * 4)
+        padded_rows, padded_blocks = padded_extents(rows, blocks)
+        want = padded_rows * padded_blocks
         torch._check(s.numel() == want, lambda: f"{name} in the blocked layout must hold {want} scales, got {s.numel()}")
         return
     _check_2d(name, s)
@@ -433,12 +435,8 @@ def mxfp8_mm(a: torch.Tensor, b, scale_a: torch.Tensor, scale_b: Optional[torch.
     block across every SM, stream-K over weight strips). Weight scales are read blocked: plain
     ones are relaid out per call unless the weight is prepared.
     """
-    _refuse_old_order("mxfp8_mm", a, b)
-    b, scale_b, scale_b_layout = _weight_args(b, scale_b, scale_b_layout, "mxfp8")
-    _check_types("mxfp8_mm", out_dtype, bias, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
-    return torch.ops.persistent_gemm.mxfp8_mm.default(a, b, scale_a, scale_b, out_dtype, scale_layout,
-                                                      _config(config, "mxfp8_mm", "mxfp8", a.device),
-                                                      scale_b_layout, bias)
+    return _mx_op("mxfp8_mm", "mxfp8", "mxfp8", a, b, scale_a, scale_b, out_dtype, scale_layout, config,
+                  scale_b_layout, bias)
 
 
 def fp8_fp4_mm(a: torch.Tensor, b, scale_a: torch.Tensor, scale_b: Optional[torch.Tensor] = None, *,
@@ -462,9 +460,15 @@ def fp8_fp4_mm(a: torch.Tensor, b, scale_a: torch.Tensor, scale_b: Optional[torc
     folded into its e4m3 conversion, one FFMA per element per 32-K block) is reached only by
     ``config=`` until it is measured on a GPU.
     """
-    _refuse_old_order("fp8_fp4_mm", a, b)
-    b, scale_b, scale_b_layout = _weight_args(b, scale_b, scale_b_layout, "fp4")
-    _check_types("fp8_fp4_mm", out_dtype, bias, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
-    return torch.ops.persistent_gemm.fp8_fp4_mm.default(a, b, scale_a, scale_b, out_dtype, scale_layout,
-                                                        _config(config, "fp8_fp4_mm", "e4m3xe2m1", a.device),
-                                                        scale_b_layout, bias)
+    return _mx_op("fp8_fp4_mm", "fp4", "e4m3xe2m1", a, b, scale_a, scale_b, out_dtype, scale_layout, config,
+                  scale_b_layout, bias)
+
+
+def _mx_op(op: str, fmt: str, family: str, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout,
+           bias) -> torch.Tensor:
+    """The body of both MX ops: a prepared weight's own scales, the type checks, then the op."""
+    _refuse_old_order(op, a, b)
+    b, scale_b, scale_b_layout = _weight_args(b, scale_b, scale_b_layout, fmt)
+    _check_types(op, out_dtype, bias, a=a, b=b, scale_a=scale_a, scale_b=scale_b)
+    return getattr(torch.ops.persistent_gemm, op).default(a, b, scale_a, scale_b, out_dtype, scale_layout,
+                                                         _config(config, op, family, a.device), scale_b_layout, bias)

@@ -96,65 +96,61 @@ _SCHEDULE = Template(
 )
 _SCHEDULE_HEADER = "host/device_schedule.cuh"
 
-_KERNEL = Template(
-    """namespace k_${ident} {  // variant ${suffix}
-using ElementA = ${a_type};
+
+def _kernel_template(aliases: str) -> Template:
+    """One kernel of a TU: its namespace (``k_<ident>``) holding the type aliases and the builder
+    call, then its entry points. Every kernel kind below fills in only the aliases."""
+    return Template("namespace k_${ident} {  // variant ${suffix}\n" + aliases
+                    + "}  // namespace k_${ident}\n${entry_points}")
+
+
+#: The schedule and pipeline aliases every builder takes (``stages`` 0: fill the shared memory).
+_SCHEDULE_ALIASES = """using ClusterShape = ${cluster_shape};
+using ScheduleTag = ${schedule_tag};
+using KernelStyle = ${kernel_style};
+constexpr int kStages = ${stages};  // 0: fill the shared memory"""
+
+_KERNEL = _kernel_template(
+    """using ElementA = ${a_type};
 using ElementB = ${b_type};
 using ElementD = ${d_type};
 constexpr bool kAKMajor = ${a_k_major};
 constexpr bool kBKMajor = ${b_k_major};
 using TileShape = ${tile_shape};
-using ClusterShape = ${cluster_shape};
-using ScheduleTag = ${schedule_tag};
-using KernelStyle = ${kernel_style};
-constexpr int kStages = ${stages};  // 0: fill the shared memory the epilogue leaves
+""" + _SCHEDULE_ALIASES + """ the epilogue leaves
 ${arch_aliases}using Gemm = ${builder}<ElementA, kAKMajor, ElementB, kBKMajor, ElementD, TileShape, ClusterShape,
     ScheduleTag, KernelStyle, kStages${arch_args}>;
-}  // namespace k_${ident}
-${entry_points}"""
+"""
 )
 
 # One SM90 MX kernel (Sm90MxGemm): the promotion and fold routes.
-_MX_KERNEL = Template("""namespace k_${ident} {  // variant ${suffix}
-using OperandX = ${operand_x};  // the MMA's A side: ${x_role}
+_MX_KERNEL = _kernel_template(
+    """using OperandX = ${operand_x};  // the MMA's A side: ${x_role}
 using ElementD = ${d_type};
 using TileShape = ${tile_shape};
-using ClusterShape = ${cluster_shape};
-using ScheduleTag = ${schedule_tag};
-using KernelStyle = ${kernel_style};
-constexpr int kStages = ${stages};  // 0: fill the shared memory
+""" + _SCHEDULE_ALIASES + """
 constexpr bool kSwapAB = ${swap_ab};
 using Gemm = ${builder}<OperandX, ElementD, TileShape, ClusterShape, ScheduleTag, KernelStyle, kStages, kSwapAB>;
-}  // namespace k_${ident}
-${entry_points}""")
-
-_BF16_ROUTE_KERNEL = Template(
-    """namespace k_${ident} {  // variant ${suffix}
-using OperandX = ${operand_x};  // the weight's bytes, converted to bf16 in registers (swap-AB)
-using ElementD = ${d_type};
-using TileShape = ${tile_shape};
-using ClusterShape = ${cluster_shape};
-using ScheduleTag = ${schedule_tag};
-using KernelStyle = ${kernel_style};
-constexpr int kStages = ${stages};  // 0: fill the shared memory
-using OperandA = ${activation};  // the activations: e4m3 + e8m0 scales, or bf16 (weight-only)
-using Gemm = ${builder}<OperandX, ElementD, TileShape, ClusterShape, ScheduleTag, KernelStyle, kStages, OperandA>;
-}  // namespace k_${ident}
-${entry_points}"""
+"""
 )
 
-_SM100_MX_KERNEL = Template(
-    """namespace k_${ident} {  // variant ${suffix}
-using ElementB = ${b_type};  // the weight; the activations are e4m3
+_BF16_ROUTE_KERNEL = _kernel_template(
+    """using OperandX = ${operand_x};  // the weight's bytes, converted to bf16 in registers (swap-AB)
+using ElementD = ${d_type};
+using TileShape = ${tile_shape};
+""" + _SCHEDULE_ALIASES + """
+using OperandA = ${activation};  // the activations: e4m3 + e8m0 scales, or bf16 (weight-only)
+using Gemm = ${builder}<OperandX, ElementD, TileShape, ClusterShape, ScheduleTag, KernelStyle, kStages, OperandA>;
+"""
+)
+
+_SM100_MX_KERNEL = _kernel_template(
+    """using ElementB = ${b_type};  // the weight; the activations are e4m3
 using ElementD = ${d_type};
 using MmaTileShape = ${tile_shape};
-using ClusterShape = ${cluster_shape};
-using ScheduleTag = ${schedule_tag};
-using KernelStyle = ${kernel_style};
-constexpr int kStages = ${stages};  // 0: fill the shared memory the epilogue leaves
+""" + _SCHEDULE_ALIASES + """ the epilogue leaves
 using Gemm = ${builder}<ElementB, ElementD, MmaTileShape, ClusterShape, ScheduleTag, KernelStyle, kStages>;
-}  // namespace k_${ident}
-${entry_points}"""
+"""
 )
 
 # A generated translation unit: the headers its bodies need, once, and the bodies.

@@ -11,7 +11,8 @@ from typing import Optional
 
 from .archs import ARCH_NAMES
 from .archs import ARCHS as ARCH_SPECS
-from .catalogue import MX_DTYPES, WEIGHT_ONLY_DTYPES, KernelConfig
+from .config_fields import MX_DTYPES, WEIGHT_ONLY_DTYPES
+from .kernel_config import KernelConfig
 from .library import canonical_family
 from .schedule import check_int
 
@@ -47,9 +48,9 @@ class Decision:
 
     def render(self, path, *, highlight=None):
         """Draw the chosen config's schedule over this problem to ``path`` (see
-        :func:`persistent_gemm.schedule.plot`; a swap-AB kernel's grid is over (N, M))."""
-        from .picture import plot
+        :func:`persistent_gemm.tools.picture.plot`; a swap-AB kernel's grid is over (N, M))."""
         from .schedule import default_workers
+        from .tools.picture import plot  # a tool, imported only to draw: the library loads without it
 
         cfg = KernelConfig.from_name(self.config)
         M, N, K = self.problem
@@ -116,7 +117,7 @@ def _device_defaults(arch, sm_count):
             major, minor = torch.cuda.get_device_capability()
             here = next((a.name for a in ARCH_SPECS.values() if a.sm == (major, minor)), None)
             if here is not None and (arch is None or arch == here):
-                from . import built_archs
+                from ._extension import built_archs
 
                 if here in built_archs():
                     arch = here
@@ -149,7 +150,7 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     :class:`KernelConfig` to force (one that is not built is compiled first, as the ops do), or
     None to let the cost model choose; a winner of :func:`persistent_gemm.tune` for this problem
     decides before the cost model (:attr:`Decision.tuned`). ``render``: a path; the chosen
-    config's schedule over this problem is drawn there (:func:`persistent_gemm.schedule.plot`).
+    config's schedule over this problem is drawn there (:func:`persistent_gemm.tools.picture.plot`).
 
     ``use_fast_accum`` has torch._scaled_mm's meaning and applies to ``"e4m3"`` only: False
     (the default) picks kernels that promote FP8 partial sums into fp32 registers every few
@@ -164,7 +165,7 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     chosen: sm90a_bf16_128x128x64_c1x2_sw8_row_pp
       ...
     """
-    from . import require_extension
+    from ._extension import require_extension
 
     import torch
 

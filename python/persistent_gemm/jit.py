@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 
 from . import build_flags, codegen
 from .archs import ARCHS
-from .catalogue import ConfigError, KernelConfig
+from .kernel_config import ConfigError, KernelConfig, as_config
 from .library import Variant, fit_variants, lowering
 
 __all__ = ["KernelNotBuiltError", "JitCompileError", "JIT_ENV", "CACHE_ENV", "cache_dir", "enabled", "ensure",
@@ -69,24 +69,20 @@ def cache_dir() -> Path:
 
 def resolve(config: Union[str, KernelConfig]) -> KernelConfig:
     """A config from its spec or canonical name; ConfigError names what is wrong."""
-    if isinstance(config, KernelConfig):
-        return config
-    if isinstance(config, str):
-        try:
-            return KernelConfig.from_name(config)
-        except ConfigError as e:
-            from .catalogue import CATALOGUE, did_you_mean
+    try:
+        return as_config(config)
+    except ConfigError as e:
+        from .catalogue import CATALOGUE, did_you_mean
 
-            raise ConfigError(f"unknown config {config!r}: {e}{did_you_mean(config)}; the catalogue has "
-                              f"{len(CATALOGUE)} configs (persistent_gemm.CATALOGUE, or python -m persistent_gemm "
-                              "list)") from None
-    raise TypeError(f"config must be a canonical config name (str) or a KernelConfig, got {type(config).__name__}")
+        raise ConfigError(f"unknown config {config!r}: {e}{did_you_mean(config)}; the catalogue has "
+                          f"{len(CATALOGUE)} configs (persistent_gemm.CATALOGUE, or python -m persistent_gemm "
+                          "list)") from None
 
 
 def registered_configs() -> set[str]:
     """Names of every config the dispatcher can run in this process (built or JIT-compiled)."""
     global _generation
-    from . import require_extension
+    from ._extension import require_extension
 
     ext = require_extension()
     gen = ext.registry_generation()
@@ -210,7 +206,7 @@ def _load(name: str, path: Path):
 
 
 def _register(name: str, mod) -> None:
-    from . import require_extension
+    from ._extension import require_extension
 
     with _register_lock:  # precompile's threads
         _loaded[name] = mod

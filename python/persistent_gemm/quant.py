@@ -322,16 +322,11 @@ def quantize_mxfp4(x: torch.Tensor, block: int = MX_BLOCK, *, rule: str = "floor
         to nearest-even on the e2m1 grid and saturated to +-6; negative values that round
         to zero keep their sign (code 8, -0).
     scale : Tensor
-        ``(rows, ceil(K / block))`` ``torch.float8_e8m0fnu``.
+        As :func:`quantize_mxfp8`'s.
 
     Raises
     ------
-    TypeError
-        ``x`` is not a floating tensor; ``block`` is not an int.
-    ValueError
-        ``x`` is 0-D or 1-D or has odd K; ``block`` is not 32; ``rule`` is unknown. (NaN/inf
-        become NaN scales.) An N-D ``x`` (..., K) is quantized row by row; both results keep
-        its leading dims.
+    As :func:`quantize_mxfp8`, and ValueError for an odd K.
 
     Examples
     --------

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["SCALE_LAYOUTS", "TILE_ROWS", "TILE_BLOCKS", "blocked_shape", "to_blocked", "from_blocked",
-           "check_scale_layout"]
+__all__ = ["SCALE_LAYOUTS", "TILE_ROWS", "TILE_BLOCKS", "blocked_shape", "padded_extents", "to_blocked",
+           "from_blocked", "check_scale_layout"]
 
 SCALE_LAYOUTS: tuple[str, ...] = ("plain", "blocked")
 #: One blocked tile: 128 rows x 4 scale blocks (= 128 K-elements), 512 bytes.
@@ -43,6 +43,12 @@ def blocked_shape(rows: int, blocks: int) -> tuple[int, int]:
     for name, v in (("rows", rows), ("blocks", blocks)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+    return padded_extents(rows, blocks)
+
+
+def padded_extents(rows, blocks):
+    """:func:`blocked_shape` without its argument checks: plain arithmetic, so the ops' fake
+    kernels can pass the symbolic sizes of torch.compile through it."""
     return (-(-rows // TILE_ROWS) * TILE_ROWS, -(-blocks // TILE_BLOCKS) * TILE_BLOCKS)
 
 

@@ -195,7 +195,7 @@ def install() -> None:
 
 def _child_main(arch: str, device: int, configs: Sequence[str]) -> int:
     """The child: check each config in this process, a start line before and a verdict after."""
-    from . import require_extension  # the package's import registers the arch modules
+    from ._extension import require_extension  # its import registers the arch modules
 
     ext = require_extension()
     for config in configs:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .catalogue import GEMV_CHUNK_BYTES, GEMV_STRIP_ROWS, MX_DTYPES
+from .config_fields import GEMV_CHUNK_BYTES, GEMV_STRIP_ROWS, MX_DTYPES
 from .library import ELEMENTS, lowering
 
 __all__ = ["ROLES", "StripPiece", "StripStreamK"]

@@ -122,7 +122,7 @@ def _apply(ext, e: dict) -> None:
 def load_tuning(path: Optional[os.PathLike] = None) -> int:
     """Hand the tuning cache's winners to the dispatcher; returns how many were applied. A winner
     that is neither built nor in the JIT cache is skipped (nothing is compiled here)."""
-    from . import require_extension
+    from ._extension import require_extension
 
     ext = require_extension()
     archs = set(ext.registered_arches())
@@ -142,7 +142,7 @@ def load_tuning(path: Optional[os.PathLike] = None) -> int:
 
 def clear_tuning(*, persisted: bool = True) -> None:
     """Forget every tuned winner in this process, and (``persisted``) in the tuning cache."""
-    from . import require_extension
+    from ._extension import require_extension
 
     require_extension().clear_tuned()
     if persisted:
@@ -232,11 +232,12 @@ def _inputs(op: str, family: str, M: int, N: int, K: int, layout: str, scale: st
 
 
 def _runner(op: str, args, out_dtype, use_fast_accum: bool, config: str):
-    import persistent_gemm as pg
     import torch
 
+    from . import _ops  # the typed wrappers (the package exports the same functions)
+
     od = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[out_dtype]
-    fn = getattr(pg, op)
+    fn = getattr(_ops, op)
     if op == "scaled_mm":
         return lambda: fn(*args, out_dtype=od, use_fast_accum=use_fast_accum, config=config)
     return lambda: fn(*args, out_dtype=od, config=config)
@@ -302,7 +303,7 @@ def tune(M: int, N: int, K: int, *, op: str = "mm", dtype: Optional[str] = None,
     """
     import torch
 
-    from . import require_extension
+    from ._extension import require_extension
 
     ext = require_extension()
     if op not in OPS:

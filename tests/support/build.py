@@ -2,27 +2,24 @@
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 import pytest
 import torch
 
 import persistent_gemm as pg
+from persistent_gemm.catalogue import parse_name
 
 from .common import OUT_DTYPES
 
 # -- what the build holds -------------------------------------------------------------------------
-_FASTACC_RE = re.compile(r"_fastacc(?:_s\d+)?$")
-
-
 def family_of(name: str) -> str:
     """The dtype family of a canonical config name: ``sm90a_e4m3_...`` -> ``e4m3``."""
-    return name.split("_")[1]
+    return parse_name(name).dtype
 
 
 def is_fast_accum(entry: dict) -> bool:
-    return bool(entry["fast_accum"]) if "fast_accum" in entry else bool(_FASTACC_RE.search(entry["config"]))
+    return bool(entry["fast_accum"]) if "fast_accum" in entry else parse_name(entry["config"]).accum == "fast"
 
 
 def _built_entries() -> list[dict]:
@@ -39,7 +36,8 @@ def built_configs(family: str, fast_accum: Optional[bool] = None, arch: Optional
     names = set()
     for e in _built_entries():
         name = e["config"]
-        if family_of(name) != family or (arch is not None and not name.startswith(arch + "_")):
+        cfg = parse_name(name)
+        if cfg.dtype != family or (arch is not None and cfg.arch != arch):
             continue
         if fast_accum is not None and is_fast_accum(e) != fast_accum:
             continue
@@ -63,7 +61,7 @@ def config_is_fast_accum(name: str) -> bool:
     for e in _built_entries():
         if e["config"] == name:
             return is_fast_accum(e)
-    return bool(_FASTACC_RE.search(name))
+    return parse_name(name).accum == "fast"
 
 
 def requires_config(name: str) -> None:

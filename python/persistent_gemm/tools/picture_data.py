@@ -1,15 +1,10 @@
-"""The picture of a schedule: which worker produces each output tile, at which step (wave).
-
-The data, all pure Python: :func:`visit_grid` (step and worker per tile), :func:`wave_edges`
-(the boundaries between waves), :func:`cluster_outlines` and :func:`panel_outlines` (the
-clusters and swizzle panels as tile rectangles), :func:`wave_operand_footprint` (the A rows and
-B columns one wave reads, in bytes, against every tile loading its own), :func:`build_status`
-(built, JIT-compiled at first use, or impossible) and :func:`panel_data` (everything a picture
-says, titles and captions included). The drawing: :func:`plot` (one schedule) and
-:func:`plot_compare` (two side by side), with matplotlib imported only when drawing
-(:mod:`persistent_gemm.picture_layers`). Any valid config can be pictured, built, JIT-compiled
-or neither. :func:`plot`, :func:`visit_grid` and :func:`wave_edges` are re-exported by
-:mod:`persistent_gemm.schedule`.
+"""The picture of a schedule as data, all pure Python: which worker produces each output tile, at
+which step (wave). :func:`visit_grid` (step and worker per tile), :func:`wave_edges` (the
+boundaries between waves), :func:`cluster_outlines` and :func:`panel_outlines` (the clusters and
+swizzle panels as tile rectangles), :func:`wave_operand_footprint` (the A rows and B columns one
+wave reads, in bytes, against every tile loading its own), :func:`build_status` (built,
+JIT-compiled at first use, or impossible) and :func:`panel_data` (everything a picture says,
+titles and captions included). :mod:`.picture_layers` draws it; :mod:`.picture` is the face.
 """
 
 from __future__ import annotations
@@ -18,7 +13,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple, Optional, Sequence
 
-from .schedule import _as_config, _config_grid, _grid_operand_bytes, ceil_div, check_int, default_workers
+from ..kernel_config import as_config
+from ..footprint import grid_operand_bytes
+from ..schedule import ceil_div, check_int, default_workers
 
 #: Largest tile grid (per side) whose tiles get their worker id written on them.
 PLOT_ANNOTATE_MAX = 64
@@ -42,9 +39,9 @@ def visit_grid(config, M: int, N: int, workers: int, K: Optional[int] = None):
     """``(step, worker)``: two ``Mt x Nt`` lists of lists; tile ``(m, n)`` is produced by worker
     ``worker[m][n]`` at its step ``step[m][n]`` (batch 1). With split-K (``K`` given), the unit
     of split 0 stands for its tile (the other splits run on the next workers, same wave)."""
-    config = _as_config(config)
+    config = as_config(config)
     workers = check_int("workers", workers)
-    g = _config_grid(config, M, N, K=K)
+    g = config.grid(M, N, K=K)
     step = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
     worker = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
     for t in range(0, g.num_ids, g.splits):  # split-K: the unit of split 0 stands for the tile
@@ -90,7 +87,7 @@ def cluster_outlines(config, M: int, N: int) -> list[TileRect]:
     """One rectangle per cluster coordinate ``(r, c)``, row-major: the in-bounds tiles of that
     cluster (:meth:`ScheduleGrid.cta_tiles`), ``cluster_m x cluster_n`` except where the grid
     edge cuts off its tail CTAs."""
-    g = _config_grid(_as_config(config), M, N)
+    g = as_config(config).grid(M, N)
     cm, cn = g.schedule.cluster
     return [TileRect(r * cm, c * cn, min((r + 1) * cm, g.tiles_m), min((c + 1) * cn, g.tiles_n))
             for r in range(g.clusters_m) for c in range(g.clusters_n)]
@@ -100,7 +97,7 @@ def panel_index(config, M: int, N: int) -> list[list[int]]:
     """``Mt x Nt``: the swizzle panel of each tile. The schedule cuts the cluster grid into
     panels of ``swizzle`` cluster rows (raster ``"row"``) or columns (``"column"``), the last
     one narrowed; its ids walk one panel completely before the next (:meth:`ScheduleGrid.coord`)."""
-    g = _config_grid(_as_config(config), M, N)
+    g = as_config(config).grid(M, N)
     s, row = g.schedule.swizzle, g.schedule.raster == "row"
     out = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
     for r in range(g.clusters_m):
@@ -134,17 +131,17 @@ def wave_operand_footprint(config, M: int, N: int, K: int, workers: int, wave: i
     over the K range of each split present), ``bytes`` (their sum), ``naive_bytes`` (every unit
     loading its own A rows and B columns), ``reuse`` (``naive_bytes / bytes``) and ``swap_ab``.
 
-    Element sizes are :func:`~persistent_gemm.schedule.operand_bytes` of the config's dtype
+    Element sizes are :func:`~persistent_gemm.footprint.operand_bytes` of the config's dtype
     (e2m1 is half a byte). A swap-AB config's rows are the weight (the op's B) and its
     columns the op's A, so the grid's row operand takes the weight's element size."""
-    config = _as_config(config)
+    config = as_config(config)
     K, workers = check_int("K", K), check_int("workers", workers)
-    g = _config_grid(config, M, N, K=K)
+    g = config.grid(M, N, K=K)
     waves = g.waves(workers)
     wave = check_int("wave", wave, minimum=0)
     if wave >= waves:
         raise ValueError(f"wave must be in [0, {waves - 1}] ({waves} waves of {workers} workers), got {wave}")
-    a_el, b_el = _grid_operand_bytes(config)
+    a_el, b_el = grid_operand_bytes(config)
     tm, tn, tk = g.tile_m, g.tile_n, config.tile[2]
     rows, cols, tiles = set(), set(), set()
     units = a_naive = b_naive = 0
@@ -176,7 +173,7 @@ def build_status(config) -> str:
     in this process), :data:`JIT_STATUS` (valid, compiled at first use),
     ``"not built — PGEMM_JIT=0 ..."``, ``"cannot be built: <reason>"``
     (:meth:`KernelConfig.kernel_rejection`), or :data:`NO_EXTENSION_STATUS`."""
-    config = _as_config(config)
+    config = as_config(config)
     reason = config.kernel_rejection()
     if reason:
         return f"cannot be built: {reason}"
@@ -186,7 +183,7 @@ def build_status(config) -> str:
         return NO_EXTENSION_STATUS
     if config.name in pg.built_configs():
         return "built"
-    from . import jit
+    from .. import jit
 
     if not jit.enabled():
         return f"not built — {jit.JIT_ENV}=0 turns the JIT off, so it cannot run"
@@ -283,14 +280,14 @@ def panel_data(config, M: int, N: int, workers: int | None = None, sm_count: int
                color_by: str = "wave", highlight=None, K: Optional[int] = None, footprint_wave: Optional[int] = 0,
                true_aspect: Optional[bool] = None, tile_ticks: bool = False) -> Panel:
     """Check the arguments of :func:`plot` and compute what it draws: no matplotlib needed."""
-    config = _as_config(config)
+    config = as_config(config)
     check_int("sm_count", sm_count)  # checked even when workers is given: still a mistake
     workers = default_workers(sm_count, config.schedule) if workers is None else check_int("workers", workers)
     if color_by not in ("wave", "worker"):
         raise ValueError(f"color_by must be 'wave' or 'worker', got {color_by!r}")
     true_aspect = _opt_bool("true_aspect", true_aspect, allow_none=True)
     tile_ticks = _opt_bool("tile_ticks", tile_ticks)
-    g = _config_grid(config, M, N, K=K)
+    g = config.grid(M, N, K=K)
     Mt, Nt, tm, tn = g.tiles_m, g.tiles_n, g.tile_m, g.tile_n
     if highlight is not None:
         if (not isinstance(highlight, (tuple, list)) or len(highlight) != 2
@@ -356,74 +353,3 @@ def panel_data(config, M: int, N: int, workers: int | None = None, sm_count: int
         caption.append("hatched = tile padding beyond M or N (computed, not stored)")
     return Panel(config, g, workers, K, step, worker, color_by, highlight, fp, cluster_outlines(config, g.M, g.N),
                  panel_outlines(config, g.M, g.N), annotate, not stretched, tile_ticks, status, title, caption)
-
-
-def _mpl():
-    try:  # matplotlib itself first: picture_layers may be imported already, matplotlib gone since
-        import matplotlib.backends.backend_agg  # noqa: F401
-        import matplotlib.figure  # noqa: F401
-
-        from . import picture_layers
-    except ImportError as e:
-        raise ImportError(
-            "persistent_gemm.schedule.plot needs matplotlib: pip install matplotlib "
-            "(or, in the repository, pip install '.[plot]')"
-        ) from e
-    return picture_layers
-
-
-def plot(config, M: int, N: int, path, workers: int | None = None, sm_count: int = 132, *,
-         color_by: str = "wave", highlight: Optional[tuple[int, int]] = None, K: Optional[int] = None,
-         footprint_wave: Optional[int] = 0, true_aspect: Optional[bool] = None, tile_ticks: bool = False):
-    """Draw the ``Mt x Nt`` tile grid of ``config`` (any spec: built, JIT-compiled or neither)
-    over an (M, N) problem and save it to ``path`` (PNG, or whatever the suffix says).
-
-    Tiles are ``tile_n`` wide and ``tile_m`` tall, the axes in elements (``tile_ticks=True``:
-    tile indices); ``true_aspect=None`` keeps that scale unless the grid is more than
-    :data:`MAX_TRUE_ASPECT` times longer than wide (then cells are stretched, and the caption
-    says so). ``color_by``: ``"wave"`` (one colour per wave, :data:`WAVE_PALETTE`) or
-    ``"worker"``. Red lines separate waves, black outlines mark clusters and dashed ones the
-    swizzle panels; tiles carry their worker id when the grid is at most
-    :data:`PLOT_ANNOTATE_MAX` tiles a side. ``footprint_wave`` (default 0; None: off) shades
-    the A rows and B columns that wave reads in strips beside the grid and gives the bytes
-    (``K`` given) against every tile loading its own. ``highlight=(m, n)`` outlines that tile
-    and names its worker and step. The title says whether the config is built
-    (:func:`build_status`). ``workers`` defaults to :func:`default_workers` of ``sm_count``;
-    ``K`` also sets split-K's units per tile. Returns ``path``. Needs matplotlib."""
-    # Arguments first: a bad one is reported whether or not matplotlib is there.
-    panel = panel_data(config, M, N, workers, sm_count, color_by=color_by, highlight=highlight, K=K,
-                       footprint_wave=footprint_wave, true_aspect=true_aspect, tile_ticks=tile_ticks)
-    _mpl().draw([panel], path)
-    return path
-
-
-def plot_compare(configs, M: int, N: int, path, workers=None, sm_count: int = 132, K: Optional[int] = None, **options):
-    """Two schedules side by side over one (M, N) problem, on one colour scale (wave ``s`` has
-    the same colour in both) and one length scale; each title names the config, whether it is
-    built, its waves, workers, tiles and wave 0's footprint. ``configs``: two configs or names;
-    ``workers``: None (each config's default for ``sm_count``), one int for both, or a pair.
-    ``options`` are :func:`plot`'s keywords. Returns ``path``. Needs matplotlib."""
-    if isinstance(configs, (str, bytes)) or not isinstance(configs, Sequence):
-        raise TypeError(f"configs must be a sequence of 2 configs or names, got {type(configs).__name__}")
-    if len(configs) != 2:
-        raise ValueError(f"configs must hold exactly 2 configs to compare, got {len(configs)}")
-    if workers is None or not isinstance(workers, (tuple, list)):
-        workers = (workers, workers)
-    elif len(workers) != 2:
-        raise ValueError(f"workers must be None, an int or a pair of ints, got {workers!r}")
-    unknown = set(options) - {"color_by", "highlight", "footprint_wave", "true_aspect", "tile_ticks"}
-    if unknown:
-        raise TypeError(f"plot_compare got unexpected keyword argument(s) {', '.join(sorted(unknown))}")
-    panels = [panel_data(c, M, N, w, sm_count, K=K, **options) for c, w in zip(configs, workers)]
-    if panels[0].true_aspect != panels[1].true_aspect and options.get("true_aspect") is None:
-        panels = [panel_data(c, M, N, w, sm_count, K=K, **{**options, "true_aspect": False})
-                  for c, w in zip(configs, workers)]
-    for p in panels:
-        g = p.grid
-        fp0 = wave_operand_footprint(p.config, g.M, g.N, K if K is not None else p.config.tile[2], p.workers, 0)
-        key = (f"{p.waves} waves · {p.workers} workers · {g.tiles_m}x{g.tiles_n} tiles · wave 0 reads "
-               + (format_bytes(fp0["bytes"]) if K is not None else f"{len(fp0['rows'])}+{len(fp0['cols'])} panels")
-               + f" (reuse {fp0['reuse']:.1f}x)")
-        p.title = [p.config.name, key, p.status]
-    _mpl().draw(panels, path)
-    return path

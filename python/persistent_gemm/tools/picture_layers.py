@@ -1,6 +1,6 @@
-"""The drawing half of :mod:`persistent_gemm.picture`: lays out :class:`~persistent_gemm.picture.Panel`
+"""The drawing half of :mod:`persistent_gemm.tools.picture`: lays out :class:`~persistent_gemm.tools.picture_data.Panel`
 data with matplotlib (imported here, so importing this module needs it; ``picture`` imports it
-only when drawing). Everything a picture says is decided in ``picture.panel_data``; this module
+only when drawing). Everything a picture says is decided in ``picture_data.panel_data``; this module
 only places it: the tile grid at its true aspect (cells ``tile_n`` wide, ``tile_m`` tall, axes
 in elements), the operand strips of one wave's footprint, the outlines, titles, captions and a
 legend shared by all panels.
@@ -17,8 +17,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FixedLocator
 
-from .picture import (LEGEND_MAX, NO_EXTENSION_STATUS, WAVE_PALETTE, WORKER_PALETTE, legend_labels, text_colour,
-                      wave_colour, wave_edges)
+from .picture_data import (LEGEND_MAX, NO_EXTENSION_STATUS, WAVE_PALETTE, WORKER_PALETTE, legend_labels, text_colour,
+                           wave_colour, wave_edges)
 
 # Lengths in inches.
 GRID_MAX_W, GRID_MAX_H = 11.0, 9.0  # the grid of one panel at most

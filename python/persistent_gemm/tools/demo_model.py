@@ -34,8 +34,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from .quant import MX_BLOCK, dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp8
-from .scale_layout import from_blocked
+from ..quant import MX_BLOCK, dequantize_mxfp4, dequantize_mxfp8, quantize_mxfp8
+from ..scale_layout import from_blocked
 
 __all__ = ["MGM_PIP", "ENV_VAR", "BOS", "GPT2Config", "GPT2", "load_mgm", "find_weights", "quantizable",
            "swap", "DequantizedLinear", "dequantized_reference", "sample_sequences", "rel_err", "top1_agreement",
@@ -163,7 +163,7 @@ def _installed_mgm() -> Optional[str]:
 
 def _checkout_wheel() -> Optional[str]:
     """The wheel in a source checkout's git-ignored ``.whl/`` folder, or None."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".whl", MGM_WHEEL)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".whl", MGM_WHEEL)
     return os.path.normpath(path) if os.path.isfile(path) else None
 
 
@@ -297,14 +297,14 @@ def quantizable(module: torch.nn.Module, fqn: str) -> bool:
 
 def swap(model: torch.nn.Module, fmt) -> torch.nn.Module:
     """A copy of ``model`` with its Linears (but lm_head) swapped for persistent_gemm's in ``fmt``."""
-    from . import nn as pgnn
+    from .. import nn as pgnn
 
     return pgnn.quantize_(copy.deepcopy(model), fmt, filter_fn=quantizable)
 
 
 def _rowwise_e4m3(x: torch.Tensor):
     """persistent_gemm.nn's activation quantizer for fp8_rowwise (its own when it has one)."""
-    from . import nn as pgnn
+    from .. import nn as pgnn
 
     own = getattr(pgnn, "_rowwise_e4m3", None)
     if own is not None:
@@ -367,7 +367,7 @@ class DequantizedLinear(torch.nn.Module):
 
 def dequantized_reference(swapped: torch.nn.Module) -> torch.nn.Module:
     """A copy of a swapped model with each persistent_gemm Linear wrapped in DequantizedLinear."""
-    from . import nn as pgnn
+    from .. import nn as pgnn
 
     ref = copy.deepcopy(swapped)
     for _, parent in list(ref.named_modules()):
@@ -421,7 +421,7 @@ def measure_drift(model: GPT2, tokens: torch.Tensor, fmt, reference: Optional[to
     dequantized operands drifts from any real kernel by ~1e-2 in the logits, since a 1-ulp
     difference in one output flips a later activation's rounding (or an MX block's shared scale).
     Measured on the CPU: noise of 1e-9 relative on every GEMM output moves MXFP8 logits by 4e-3."""
-    from . import nn as pgnn
+    from .. import nn as pgnn
 
     ref = model(tokens) if reference is None else reference
     sw = swap(model, fmt)
