@@ -96,12 +96,12 @@ struct DequantizeJob {
   int64_t ldo = 0;
 };
 
-// The kernel style of a config (catalogue.py's `kernel`).
+// The kernel style of a config (kernel_config.py's `kernel`).
 // Gemv: the MX decode kernel (kernel/sm90_mx_gemv.hpp), stream-K over 128-row weight strips; it
 // reads the activations' e8m0 scales as they come (plain rows of GemmArgs::ld_scale_b bytes).
 enum class KernelStyle : int32_t { Cooperative = 0, PingPong = 1, Umma1Sm = 2, Umma2Sm = 3, Gemv = 4 };
 
-// MX mainloop routes (catalogue.py MX_ROUTES).
+// MX mainloop routes (config_fields.py MX_ROUTES).
 enum class MxRoute : int32_t {
   // FP8 wgmma per 32-K block into a temporary, promoted with both scales (FMUL + FFMA per element).
   Promote,

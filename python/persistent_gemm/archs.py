@@ -19,7 +19,7 @@ __all__ = ["CostModel", "ArchSpec", "ARCHS", "ARCH_NAMES", "arch", "by_capabilit
 
 @dataclass(frozen=True)
 class CostModel:
-    """Constants of the dispatcher's cost model (``csrc/heuristics.cpp``), per arch.
+    """Constants of the dispatcher's cost model (``csrc/cost_model.cpp``), per arch.
 
     ``measured`` says whether they were fitted on that hardware by this project; ``source``
     says where they come from."""

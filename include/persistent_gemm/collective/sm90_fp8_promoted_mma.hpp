@@ -11,7 +11,7 @@
 // This mainloop keeps two temporaries and alternates them: K-tile t's wgmmas go into T[t % 2]
 // while the consumer waits only for K-tile t-1 (warpgroup_wait<1>) and adds T[(t-1) % 2] into the
 // fp32 accumulator, so the tensor core always has the next K-tile queued. The price is a third
-// accumulator's registers, which the register-budget rule (catalogue.py, sm90_gemm_builder.hpp)
+// accumulator's registers, which the register-budget rule (config_rules.py, sm90_gemm_builder.hpp)
 // accounts for. Promotion happens every K-tile (tile_k = 128 e4m3 elements), as DeepGEMM's and
 // cuBLAS's accurate modes do.
 //

@@ -21,7 +21,7 @@
 // CUTLASS's Sm1xxBlockScaledConfig describes, which the dispatcher produces with the same
 // arch-neutral relayout kernel as on SM90 (host/scale_to_blocked.cuh).
 //
-// Rules (mirrored in catalogue.py's _sm100_mx_rejection, and in can_implement below):
+// Rules (mirrored in config_rules.py's _sm100_mx, and in can_implement below):
 //   - tile_k = 128: the FP4 operand is loaded by TMA into 8-bit smem containers
 //     (16U4_ALIGN16B), whose K extent must be 128 elements; one SF atom column per K tile.
 //   - tile_n = 128 per CTA: N = 256 makes CUTLASS's builder give one accumulator stage (2 x 256

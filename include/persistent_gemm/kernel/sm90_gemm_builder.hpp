@@ -44,7 +44,7 @@
 
 namespace persistent_gemm::kernel {
 
-// Accumulation tags (catalogue.py's KernelConfig.accum).
+// Accumulation tags (kernel_config.py's KernelConfig.accum).
 struct AccumPromoted {};
 struct AccumFast {};
 
@@ -60,7 +60,7 @@ constexpr int accumulator_registers() {
   return int(cute::size<0>(TileShape{}) * cute::size<1>(TileShape{})) / (Coop ? 256 : 128);
 }
 // Registers a consumer may spend on accumulators (of its 232), the rest being addressing and
-// pipeline state; mirrored by catalogue.py's rejection() so Python refuses such a tile first.
+// pipeline state; mirrored by config_rules.py's rejection rules so Python refuses such a tile first.
 constexpr int kAccumulatorRegisterBudget = 192;
 
 // tag -> selector -> CUTLASS kernel schedule of the mainloop collective. The plain schedules

@@ -34,7 +34,7 @@ namespace persistent_gemm::kernel {
 
 namespace sm90_mx_detail {
 
-// Accumulator registers a consumer thread may hold (mirrors catalogue.py's budget rule).
+// Accumulator registers a consumer thread may hold (mirrors config_rules.py's budget rule).
 constexpr int kAccumulatorRegisterBudget = 192;
 constexpr int kSmemBytes = 232448;     // SM90 opt-in dynamic shared memory
 constexpr int kKernelCarveout = 1024;  // barriers, ordering barriers, section padding
