@@ -86,23 +86,23 @@ case "${1:-}" in
     done
     ;;
   closing)
-    # A stop's closing run after `build`: the GPU tests (the JIT's compile tests aside: they take
-    # minutes and the JIT did not change), the demo with its real model in bf16 and fp16, the
-    # per-Linear host cost and where it goes. One pytest process: its log names any fault.
+    # A stop's closing run after `build`: every built kernel through the self-check, the demo with
+    # its real model in bf16 and fp16, the per-Linear host cost and where it goes, then the GPU
+    # tests (the JIT's compile tests aside: they take minutes and the JIT did not change) in one
+    # pytest process, whose log names any fault, for at most TEST_TIMEOUT seconds.
+    PGEMM_SELF_CHECK=all timeout "${SELFCHECK_TIMEOUT:-120}" python3 -m persistent_gemm selfcheck --no-cache \
+      > "$OUT/selfcheck.txt" 2>&1
+    echo "selfcheck rc=$?"; grep -A1 "^FAIL" "$OUT/selfcheck.txt" | head -12; tail -1 "$OUT/selfcheck.txt"
+    w=$(ls .whl/microformer_mgm-*.whl 2>/dev/null | head -1)
+    timeout 120 python3 -m persistent_gemm demo ${w:+--model-weights "$w"} > "$OUT/demo.txt" 2>&1
+    echo "demo rc=$?"; grep -E "^  (bf16|fp16) |ok: " "$OUT/demo.txt"
+    timeout 60 python3 benchmarks/bench_linear.py --breakdown > "$OUT/breakdown.txt" 2>&1; tail -22 "$OUT/breakdown.txt"
+    timeout 60 python3 benchmarks/profile_linear_host.py ${w:+--model-weights "$w"} --rows 8 > "$OUT/profile.txt" 2>&1
+    echo "profile rc=$?"
     tests=$(ls tests/test_gpu*.py tests/test_self_check.py | grep -v test_gpu_jit)
     timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider $tests > "$OUT/gpu_tests.log" 2>&1
     echo "gpu tests rc=$?: $(tail -1 "$OUT/gpu_tests.log")"
     grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -20
-    # every built kernel through the self-check (its inputs and bound changed in this stop)
-    PGEMM_SELF_CHECK=all timeout "${SELFCHECK_TIMEOUT:-240}" python3 -m persistent_gemm selfcheck --no-cache \
-      > "$OUT/selfcheck.txt" 2>&1
-    echo "selfcheck rc=$?"; grep -A1 "^FAIL" "$OUT/selfcheck.txt" | head -12; tail -1 "$OUT/selfcheck.txt"
-    w=$(ls .whl/microformer_mgm-*.whl 2>/dev/null | head -1)
-    timeout 150 python3 -m persistent_gemm demo ${w:+--model-weights "$w"} > "$OUT/demo.txt" 2>&1
-    echo "demo rc=$?"; grep -E "^  (bf16|fp16) |ok: |speed" "$OUT/demo.txt"
-    timeout 60 python3 benchmarks/bench_linear.py --breakdown > "$OUT/breakdown.txt" 2>&1; tail -22 "$OUT/breakdown.txt"
-    timeout 60 python3 benchmarks/profile_linear_host.py ${w:+--model-weights "$w"} --rows 8 > "$OUT/profile.txt" 2>&1
-    echo "profile rc=$?"
     ;;
   *)
     echo "usage: $0 build|test|sanitize|verify|closing|accuracy|bench|bench_mx|decode|quant [bench args]" >&2
