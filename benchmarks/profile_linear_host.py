@@ -15,7 +15,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import persistent_gemm as pg
-from persistent_gemm import demo_model as dm
+from persistent_gemm.tools import demo_model as dm
 
 
 @torch.no_grad()
