@@ -213,48 +213,56 @@ class Linear(torch.nn.Module):
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.in_features:
+        # The host cost of a swapped Linear is part of what it is for (issue 23): no call here that
+        # returns its input (a same-dtype .to, a 2-D reshape), buffers read from their dict.
+        k = self.in_features
+        if x.shape[-1] != k:
             raise ValueError(f"persistent_gemm.nn.Linear: input's last dim is {x.shape[-1]}, "
-                             f"in_features is {self.in_features}")
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features)
-        q, ops = self.qconfig, torch.ops.persistent_gemm
-        if q.format in _WEIGHT_ONLY:  # 16-bit activations as they come (fp32 ones computed in bf16)
-            compute = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
+                             f"in_features is {k}")
+        flat = x.dim() == 2
+        x2 = x if flat else x.reshape(-1, k)
+        q, ops, buffers = self.qconfig, torch.ops.persistent_gemm, self._buffers
+        fmt, xdtype = q.format, x.dtype
+        if fmt in _WEIGHT_ONLY:  # 16-bit activations as they come (fp32 ones computed in bf16)
+            compute = xdtype if xdtype in (torch.bfloat16, torch.float16) else torch.bfloat16
         else:
-            compute = self.weight.dtype if q.format == "bf16" else torch.bfloat16
+            compute = self._parameters["weight"].dtype if fmt == "bf16" else torch.bfloat16
         out_dtype = self._out_dtype(x, compute)
-        bias = None if self.bias is None else self.bias.to(out_dtype)  # the op takes D's dtype
+        bias = self._parameters.get("bias")  # a bias-less layer keeps `bias = None` as a plain attribute
+        if bias is not None and bias.dtype != out_dtype:
+            bias = bias.to(out_dtype)  # the op takes D's dtype
         # A forced config goes through the ops' own resolution, which JIT-compiles a valid spec at
         # its first eager use (a bare name passed to torch.ops would only be looked up).
         config = None
         if q.config is not None:
             from ._ops import _config
 
-            op_name, family = _FORMAT_OP[q.format]
-            if q.format == "bf16" and compute == torch.float16:
+            op_name, family = _FORMAT_OP[fmt]
+            if fmt == "bf16" and compute == torch.float16:
                 family = "fp16"
             config = _config(q.config, op_name, family, x.device)
-        if q.format == "bf16":
-            y = ops.mm.default(x2.to(compute), self.weight.t(), out_dtype, config, bias)
-        elif q.format in _QUANTIZED_X and x2.dtype in _NATIVE_DTYPES:
+        if fmt == "bf16":
+            xc = x2 if xdtype == compute else x2.to(compute)
+            y = ops.mm.default(xc, self._parameters["weight"].t(), out_dtype, config, bias)
+        elif fmt in _QUANTIZED_X and xdtype in _NATIVE_DTYPES:
             # The activations' quantizer and the GEMM in one op call: half the host cost per
             # Linear of the two calls below (issue 23).
-            y = ops.quantized_linear.default(x2, self.weight_q, self.weight_scale, q.format, out_dtype, bias,
+            y = ops.quantized_linear.default(x2, buffers["weight_q"], buffers["weight_scale"], fmt, out_dtype, bias,
                                              q.rule, q.use_fast_accum, config)
-        elif q.format == "fp8_rowwise":
+        elif fmt == "fp8_rowwise":
             xq, xs = _rowwise_e4m3(x2)
-            y = ops.scaled_mm.default(xq, self.weight_q.t(), xs, self.weight_scale, out_dtype,
+            y = ops.scaled_mm.default(xq, buffers["weight_q"].t(), xs, buffers["weight_scale"], out_dtype,
                                       q.use_fast_accum, config, bias)
-        elif q.format in _WEIGHT_ONLY:
-            y = ops.weight_only_mm.default(x2.to(compute), self.weight_q.t(), self.weight_scale, out_dtype, "blocked",
+        elif fmt in _WEIGHT_ONLY:
+            xc = x2 if xdtype == compute else x2.to(compute)
+            y = ops.weight_only_mm.default(xc, buffers["weight_q"].t(), buffers["weight_scale"], out_dtype, "blocked",
                                            config, bias)
         else:
             xq, xs = quantize_mxfp8(x2, rule=q.rule)
-            op = ops.mxfp8_mm if q.format == "mxfp8" else ops.fp8_fp4_mm
-            y = op.default(xq, self.weight_q.t(), xs, self.weight_scale, out_dtype, "plain", config, "blocked",
-                           bias)
-        return y.reshape(*lead, self.out_features)
+            op = ops.mxfp8_mm if fmt == "mxfp8" else ops.fp8_fp4_mm
+            y = op.default(xq, buffers["weight_q"].t(), xs, buffers["weight_scale"], out_dtype, "plain", config,
+                           "blocked", bias)
+        return y if flat else y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
