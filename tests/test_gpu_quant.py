@@ -167,7 +167,7 @@ def test_rowwise_opcheck_and_graph_capture():
 @pytest.mark.parametrize("fmt", ["fp8_rowwise", "mxfp8", "fp8_fp4"])
 @pytest.mark.parametrize("rows", [1, 37, 300])
 def test_quantized_linear_is_bitwise_the_two_calls(fmt, dtype, rows):
-    from persistent_gemm._ops import _linear_parts
+    from persistent_gemm._linear_op import _linear_parts
     from persistent_gemm.nn import QuantConfig, quantize_
 
     lin = quantize_(torch.nn.Sequential(torch.nn.Linear(512, 200)), QuantConfig(fmt)).cuda()[0]

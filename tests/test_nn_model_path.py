@@ -157,7 +157,7 @@ LINEAR_X = ["fp8_rowwise", "mxfp8", "fp8_fp4"]
 
 def two_calls(lin, x2, out_dtype):
     """The swapped Linear as two op calls: its activation quantizer, then its GEMM op."""
-    from persistent_gemm._ops import _linear_parts
+    from persistent_gemm._linear_op import _linear_parts
 
     q = lin.qconfig
     quantize, gemm = _linear_parts(q.format, q.rule)
