@@ -29,7 +29,7 @@ import persistent_gemm as pg
 from persistent_gemm import nn as pgnn
 
 from bench_mm import copies_for, write_csv  # L2 rotation, the CSV writer
-from bench_mx import capture, host_us_per_call, time_graphs  # the MX tables' graph and eager timing
+from gpu_timing import capture, host_us_per_call, time_graphs  # the MX tables' graph and eager timing
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -44,18 +44,18 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 try:
     import persistent_gemm as pg
-    from persistent_gemm.quant import E2M1_VALUES, e8m0_to_float
+    from persistent_gemm.quant import E2M1_VALUES
 
-    from bench_mm import copies_for, time_interleaved, write_csv  # bench_mm's L2 rotation, timing, CSV
+    from bench_mm import copies_for, write_csv  # bench_mm's L2 rotation and CSV
+    from gpu_timing import bandwidth, capture, host_us_per_call, time_events, time_graphs  # shared timing
+    from mx_emulation import dequant_mxfp4_bf16, dequant_mxfp8_bf16, rowwise_e4m3  # the peers' dequantization
 except ImportError:  # --help and the pure helpers work without the package
     pg = None
     E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
@@ -87,7 +87,6 @@ EXPLAIN_DTYPE = {"mxfp8_mm": "mxfp8", "fp8_fp4_mm": "e4m3xe2m1", "mxfp8_weight_o
 PREPARE_FMT = {"mxfp8_mm": "mxfp8", "fp8_fp4_mm": "fp4", "mxfp8_weight_only": "mxfp8", "mxfp4_weight_only": "fp4"}
 DECODE_MAX_M = 128
 GRAPH_CALLS = 20
-HOST_CALLS = 100
 MISMATCH_TOL = 5e-2
 PEERS = ("torch.mm", "dequant+mm", "emulation", "scaled_mm_rowwise", "humming")
 #: The promoting prefill config of each op (forced for the ours_promote contender).
@@ -115,99 +114,6 @@ def ratio(other_ms: float, ms: float) -> float:
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     out, ref = out.double(), ref.double()
     return ((out - ref).norm() / ref.norm().clamp_min(1e-300)).item()
-
-
-# ---- emulation: torchao-style dequantization (no host syncs, so it can be graph-captured) ----
-
-def dequant_mxfp8_bf16(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    rows, k = q.shape  # K % 32 == 0 on every benchmark shape
-    return (q.float().view(rows, k // 32, 32) * e8m0_to_float(s).unsqueeze(-1)).view(rows, k).to(torch.bfloat16)
-
-
-def dequant_mxfp4_bf16(packed: torch.Tensor, s: torch.Tensor, lut: torch.Tensor) -> torch.Tensor:
-    b = packed.view(torch.uint8)
-    rows, k = b.shape[0], 2 * b.shape[1]
-    vals = lut[torch.stack((b & 0x0F, b >> 4), dim=-1).view(rows, k).long()]  # element 2i: low nibble
-    return (vals.view(rows, k // 32, 32) * e8m0_to_float(s).unsqueeze(-1)).view(rows, k).to(torch.bfloat16)
-
-
-def rowwise_e4m3(d: torch.Tensor, s: torch.Tensor):
-    """e4m3 with one fp32 scale per row: the row's largest MX block scale (a power of two)."""
-    scale = e8m0_to_float(s.view(torch.uint8).amax(dim=1, keepdim=True).view(torch.float8_e8m0fnu))
-    return (d / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale.contiguous()
-
-
-# ---- timing ----
-
-def event_ms(fn) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
-
-
-def time_events(calls: dict, warmup: int, iters: int) -> dict:
-    """Median ms per call, bench_mm.time_interleaved's round-robin (iteration i runs every
-    contender once on copy i); ``calls`` maps a contender to one zero-arg call per input copy."""
-    if not calls:
-        return {}
-    copies = [(i,) for i in range(len(next(iter(calls.values()))))]
-    return time_interleaved({label: (lambda i, fns=fns: fns[i]()) for label, fns in calls.items()}, copies,
-                            warmup, iters)
-
-
-def capture(fns: list, calls: int) -> torch.cuda.CUDAGraph:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # lazy initialization (cuBLAS workspaces, JIT) off the capture
-        for j in range(3):
-            fns[j % len(fns)]()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for j in range(calls):
-            fns[j % len(fns)]()
-    return graph
-
-
-def time_graphs(graphs: dict, calls: int, iters: int) -> dict:
-    """Median ms per call: interleaved replays of each contender's graph of `calls` calls."""
-    for g in list(graphs.values()) * 2:
-        g.replay()
-    torch.cuda.synchronize()
-    times = {label: [] for label in graphs}
-    for _ in range(iters):
-        for label, g in graphs.items():
-            times[label].append(event_ms(g.replay) / calls)
-    return {label: statistics.median(t) for label, t in times.items()}
-
-
-def host_us_per_call(fns: list, calls: int = HOST_CALLS) -> float:
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for j in range(calls):
-        fns[j % len(fns)]()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
-
-
-def bandwidth(nb: int = 2 << 30, iters: int = 20) -> dict:
-    """Device copy bandwidth (bytes read + written per second, and the read side alone) and a
-    read-only reference (a sum over the same bytes), GB/s."""
-    a = torch.zeros(nb, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    out = {}
-    for name, fn in (("copy", lambda: b.copy_(a)), ("sum", lambda: a.view(torch.float32).sum())):
-        for _ in range(3):
-            fn()
-        out[name] = statistics.median(event_ms(fn) for _ in range(iters))
-    del a, b
-    torch.cuda.empty_cache()
-    return dict(copy_rw_gbps=2 * nb / out["copy"] / 1e6, copy_read_gbps=nb / out["copy"] / 1e6,
-                sum_read_gbps=nb / out["sum"] / 1e6)
 
 
 # ---- one shape ----
