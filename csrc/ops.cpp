@@ -28,6 +28,17 @@ at::Tensor plain_scale(at::Tensor const& scale, int64_t rows, int64_t blocks, Sc
 
 }  // namespace
 
+// plain_scale's inverse: plain (rows, blocks) codes in the blocked layout, padding zero (the
+// self-check feeds the kernels blocked scales; pg.to_blocked is the Python twin).
+at::Tensor blocked_scale(at::Tensor const& plain) {
+  int64_t const rows = plain.size(0), blocks = plain.size(1);
+  auto const padded = blocked_extent(rows, blocks);
+  auto codes = at::zeros({padded.rows, padded.blocks}, plain.options().dtype(at::kByte));
+  codes.narrow(0, 0, rows).narrow(1, 0, blocks).copy_(plain.view(at::kByte));
+  return codes.view({padded.rows / 128, 4, 32, padded.blocks / 4, 4}).permute({0, 3, 2, 1, 4}).reshape({-1})
+      .view(at::kFloat8_e8m0fnu);
+}
+
 // The (rows, K) fp32 factor each element of an MX operand is multiplied by: e8m0 code c is
 // exactly 2^(c-127), code 255 NaN (torch's cast is exact), repeated over its 1x32 block.
 at::Tensor block_scale_factors(at::Tensor const& scale, int64_t rows, int64_t k, ScaleLayout layout) {

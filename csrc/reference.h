@@ -38,5 +38,7 @@ at::Tensor weight_only_mm_ref(at::Tensor const& a, at::Tensor const& b, at::Tens
 // (rows, K/2) bytes as (rows, K) fp32 values, low nibble first. Both exact in fp32.
 at::Tensor block_scale_factors(at::Tensor const& scale, int64_t rows, int64_t k, ScaleLayout layout);
 at::Tensor unpack_e2m1(at::Tensor const& packed_rows);
+// Plain (rows, blocks) e8m0 codes in the blocked layout (128-row x 4-block tiles, padding zero).
+at::Tensor blocked_scale(at::Tensor const& plain);
 
 }  // namespace persistent_gemm

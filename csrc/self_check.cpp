@@ -92,7 +92,8 @@ Outcome compare(at::Tensor got, at::Tensor const& peer, at::Tensor const& exact,
   got = got.to(at::kCPU).to(at::kDouble);
   auto const finite = at::isfinite(exact);
   double const top = std::max(at::where(finite, exact, 0.0).abs().max().item<double>(), 1e-30);
-  if (env_is("PGEMM_SELF_CHECK_INJECT_FAULT", "1")) got.index_put_({s.m - 1, s.n - 1}, got.index({s.m - 1, s.n - 1}) + top);
+  if (env_is("PGEMM_SELF_CHECK_INJECT_FAULT", "1"))
+    got.index_put_({s.m - 1, s.n - 1}, got.index({s.m - 1, s.n - 1}) + top);
   auto const klass = [](at::Tensor const& t) { return at::isnan(t).to(at::kByte) + 2 * at::isposinf(t).to(at::kByte) +
                                                        4 * at::isneginf(t).to(at::kByte); };
   Outcome o;
@@ -106,17 +107,6 @@ Outcome compare(at::Tensor got, at::Tensor const& peer, at::Tensor const& exact,
   o.bound = 2.0 * err(peer) + floor;
   o.worst = at::where(finite, at::nan_to_num(got, 0.0, 0.0, 0.0) - exact, 0.0).abs().max().item<double>() / top;
   return o;
-}
-
-// The (rows, blocks) e8m0 codes in the blocked layout the block-scaled kernels read (torchao's
-// to_blocked; ops.cpp's plain_scale undoes it): 128-row x 4-block tiles, local row 32 i + j and
-// block c at byte 16 j + 4 i + c, padding zero.
-at::Tensor to_blocked(at::Tensor const& plain) {
-  int64_t const rows = plain.size(0), blocks = plain.size(1);
-  auto padded = at::zeros({(rows + 127) / 128 * 128, (blocks + 3) / 4 * 4}, plain.options().dtype(at::kByte));
-  padded.narrow(0, 0, rows).narrow(1, 0, blocks).copy_(plain.view(at::kByte));
-  return padded.view({padded.size(0) / 128, 4, 32, padded.size(1) / 4, 4}).permute({0, 3, 2, 1, 4}).contiguous()
-      .view({-1}).view(at::kFloat8_e8m0fnu);
 }
 
 // Runs `e`'s op with `e` forced on fresh inputs (from a private generator: the caller's random
@@ -178,7 +168,8 @@ Outcome run_check(KernelEntry const& e, int device, Shape const& s, bool blocked
     auto a = randn(s.m, s.k).to(at::kBFloat16);
     a.index_put_({0, 0}, std::numeric_limits<float>::infinity());
     auto const bs = codes(s.n, s.k, /*nan_row0=*/true);  // D's column 0 NaN
-    auto got = weight_only_mm_cuda(on(a), on(b), on(blocked ? to_blocked(bs) : bs), out, layout, config, std::nullopt);
+    auto got =
+        weight_only_mm_cuda(on(a), on(b), on(blocked ? blocked_scale(bs) : bs), out, layout, config, std::nullopt);
     auto exact = a.to(at::kDouble).mm(mx64(w, bs, e2m1).t());
     return compare(got, weight_only_mm_ref(a, b, bs, out, "plain", std::nullopt, std::nullopt), exact, 1e-6, s);
   }
@@ -186,7 +177,7 @@ Outcome run_check(KernelEntry const& e, int device, Shape const& s, bool blocked
   auto const as = codes(s.m, s.k, /*nan_row0=*/true), bs = codes(s.n, s.k, /*nan_row0=*/false);
   auto const run = e2m1 ? &fp8_fp4_mm_cuda : &mxfp8_mm_cuda;
   auto const reference = e2m1 ? &fp8_fp4_mm_cpu : &mxfp8_mm_cpu;
-  auto got = run(on(a), on(b), on(blocked ? to_blocked(as) : as), on(blocked ? to_blocked(bs) : bs), out, layout,
+  auto got = run(on(a), on(b), on(blocked ? blocked_scale(as) : as), on(blocked ? blocked_scale(bs) : bs), out, layout,
                  config, std::nullopt, std::nullopt);
   auto exact = mx64(a, as, false).mm(mx64(w, bs, e2m1).t());
   // The per-32 promotion route's e4m3 tensor-core sums, as the MX tests allow (MX_FLOOR).

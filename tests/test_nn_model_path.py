@@ -209,3 +209,15 @@ def test_a_swapped_linear_compiles_fullgraph_with_one_op_per_layer():
     assert torch.equal(got, model(x))
     calls = [n.target for g in backend.graphs for n in g.graph.nodes if n.op == "call_function"]
     assert sum(t == torch.ops.persistent_gemm.quantized_linear.default for t in calls) == 2, calls
+
+
+@pytest.mark.parametrize("fmt", LINEAR_X)
+def test_activations_the_quantizers_do_not_take_go_through_the_same_definition(fmt):
+    # float64 x: the module composes the quantizer definition (which computes in fp32) and the
+    # GEMM op itself, so it answers what quantized_linear gives for the same x in fp32 (bf16 out).
+    lin = pg.nn.quantize_(MLP(), fmt).up
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    got = lin(x)
+    want = torch.ops.persistent_gemm.quantized_linear(x.float(), lin.weight_q, lin.weight_scale, fmt, torch.bfloat16,
+                                                      lin.bias, lin.qconfig.rule)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)

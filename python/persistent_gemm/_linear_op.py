@@ -33,19 +33,24 @@ def _check_linear_k(x, weight_q):
     torch._check(x.shape[1] == k, lambda: f"quantized_linear: x has K = {x.shape[1]}, weight_q K = {k}")
 
 
-@torch.library.impl(f"{_LIB}::quantized_linear", "CPU")
-def _quantized_linear_cpu(x, weight_q, weight_scale, format, out_dtype=None, bias=None, rule="floor",
-                          use_fast_accum=False, config=None):
-    # The definition: the format's activation quantizer, then its GEMM op (the CUDA entry runs the
-    # quantizer kernel, bit for bit the same, and the same op's CUDA entry).
-    _check_devices("quantized_linear", x=x, weight_q=weight_q, weight_scale=weight_scale, bias=bias)
-    _check_quantizer_input(x)
-    _check_linear_k(x, weight_q)
+def composed(x, weight_q, weight_scale, format, out_dtype, bias, rule, use_fast_accum, config):
+    """The definition: the format's activation quantizer (torch ops), then its GEMM op. The CPU
+    kernel below, and nn.Linear's path for activations the quantizer kernels do not take (the CUDA
+    entry runs the quantizer kernel, bit for bit the same, and the same op's CUDA entry)."""
     quantize, gemm = _linear_parts(format, rule)
     xq, xs = quantize(x)
     if format == "fp8_rowwise":
         return gemm(xq, weight_q.t(), xs, weight_scale, out_dtype, use_fast_accum, config, bias)
     return gemm(xq, weight_q.t(), xs, weight_scale, out_dtype, "plain", config, "blocked", bias)
+
+
+@torch.library.impl(f"{_LIB}::quantized_linear", "CPU")
+def _quantized_linear_cpu(x, weight_q, weight_scale, format, out_dtype=None, bias=None, rule="floor",
+                          use_fast_accum=False, config=None):
+    _check_devices("quantized_linear", x=x, weight_q=weight_q, weight_scale=weight_scale, bias=bias)
+    _check_quantizer_input(x)
+    _check_linear_k(x, weight_q)
+    return composed(x, weight_q, weight_scale, format, out_dtype, bias, rule, use_fast_accum, config)
 
 
 @torch.library.register_fake(f"{_LIB}::quantized_linear")

@@ -104,8 +104,6 @@ def _rowwise_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 # nn is imported after the extension registered its ops (persistent_gemm/__init__.py).
 _ROWWISE_OP = hasattr(torch.ops.persistent_gemm, "quantize_rowwise_e4m3")
-# The formats whose activations are quantized per call, by quantized_linear where the extension has it.
-_QUANTIZED_X = ("fp8_rowwise", "mxfp8", "fp8_fp4") if hasattr(torch.ops.persistent_gemm, "quantized_linear") else ()
 
 
 def _rowwise_e4m3_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -244,24 +242,20 @@ class Linear(torch.nn.Module):
         if fmt == "bf16":
             xc = x2 if xdtype == compute else x2.to(compute)
             y = ops.mm.default(xc, self._parameters["weight"].t(), out_dtype, config, bias)
-        elif fmt in _QUANTIZED_X and xdtype in _NATIVE_DTYPES:
-            # The activations' quantizer and the GEMM in one op call: half the host cost per
-            # Linear of the two calls below (issue 23).
-            y = ops.quantized_linear.default(x2, buffers["weight_q"], buffers["weight_scale"], fmt, out_dtype, bias,
-                                             q.rule, q.use_fast_accum, config)
-        elif fmt == "fp8_rowwise":
-            xq, xs = _rowwise_e4m3(x2)
-            y = ops.scaled_mm.default(xq, buffers["weight_q"].t(), xs, buffers["weight_scale"], out_dtype,
-                                      q.use_fast_accum, config, bias)
         elif fmt in _WEIGHT_ONLY:
             xc = x2 if xdtype == compute else x2.to(compute)
             y = ops.weight_only_mm.default(xc, buffers["weight_q"].t(), buffers["weight_scale"], out_dtype, "blocked",
                                            config, bias)
         else:
-            xq, xs = quantize_mxfp8(x2, rule=q.rule)
-            op = ops.mxfp8_mm if fmt == "mxfp8" else ops.fp8_fp4_mm
-            y = op.default(xq, buffers["weight_q"].t(), xs, buffers["weight_scale"], out_dtype, "plain", config,
-                           "blocked", bias)
+            # fp8_rowwise, mxfp8, fp8_fp4: the activations' quantizer and the GEMM in one op call
+            # (issue 23: the host cost per Linear); activations the quantizers do not take (say
+            # float64) through the same definition in torch ops.
+            if xdtype in _NATIVE_DTYPES:
+                run = ops.quantized_linear.default
+            else:
+                from ._linear_op import composed as run
+            y = run(x2, buffers["weight_q"], buffers["weight_scale"], fmt, out_dtype, bias, q.rule, q.use_fast_accum,
+                    config)
         return y if flat else y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
