@@ -2,6 +2,8 @@
 // choose_kernel in heuristics.cpp ranks the candidates by it).
 #include "heuristics.h"
 
+#include "persistent_gemm/scheduler/tile_scheduler.hpp"  // kStreamKMinIters
+
 #include <algorithm>
 #include <cstdint>
 
@@ -69,6 +71,8 @@ constexpr double kCopyLaunchUs = 6.0;          // one extra copy (pad_m), mostly
 // Split-K: the reducer's flag round trip through L2 after the slowest partial, and the partials'
 // stores and loads around it. A prior, not yet fitted to a sweep.
 constexpr double kSplitFixupUs = 2.0;
+// Stream-K's tail gives a worker at least this many K-tiles (scheduler::kStreamKMinIters).
+constexpr int64_t kStreamKMinIters = scheduler::kStreamKMinIters;
 // The MX decode GEMV (KernelStyle::Gemv): a weight stream at the copy rate, plus a fixed cost
 // (ramp of the first stages, the last strips' cross-CTA reduction), or, at larger M, its issue
 // rate: per 16 weight rows x 32 K and n8 token tile an mma.sync with its scale FMULs and FFMAs,
@@ -106,6 +110,19 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   int64_t const ids = cdiv(mt, g.cluster_m) * cdiv(nt, g.cluster_n);
   int64_t const workers = std::max<int64_t>(1, r.sm_count / (g.cluster_m * g.cluster_n));
   e.waves = cdiv(ids * splits, workers);
+  // Stream-K (scheduler::PersistentTileScheduler's partition): the head's whole waves, then the
+  // tail's K-tiles dealt evenly, so the busiest worker carries `waves_sk` tiles' worth of K.
+  double waves_sk = double(e.waves);
+  int64_t sk_slots = 0;  // partial slots written and read back through L2
+  if (g.stream_k && ids % workers != 0) {
+    int64_t const sk_units = ids >= workers ? ids % workers + workers : ids;
+    int64_t const sk_workers = std::min(workers, std::max(sk_units, sk_units * kt / model::kStreamKMinIters));
+    waves_sk = double((ids - sk_units) / workers) + double(cdiv(sk_units * kt, sk_workers)) / double(kt);
+    e.waves = cdiv(ids - sk_units, workers) + 1;
+    // No partials when every range is whole units (e.g. one K-tile: a worker per unit).
+    bool const whole_units = (sk_units * kt) % sk_workers == 0 && (sk_units * kt / sk_workers) % kt == 0;
+    sk_slots = whole_units ? 0 : sk_workers * g.cluster_m * g.cluster_n;
+  }
   e.tile_eff = double(r.m) * r.n / (double(ids * g.cluster_m * g.tile_m) * (g.cluster_n * g.tile_n));
 
   // Per k-tile work in SM clocks (fp8 tiles are twice as deep at twice the rate: same clocks).
@@ -131,18 +148,18 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   int64_t const oob_m = pad_m ? 0 : mt * g.tile_m - r.m, oob_n = g.tile_n <= 16 ? 0 : nt * g.tile_n - r.n;
   double const oob_us = double(oob_m * ea) * kp / kOobFillBytesPerUs * double(cdiv(e.waves, mt)) +
                         double(oob_n * eb) * kp / kOobFillBytesPerUs * double(cdiv(e.waves, nt));
-  e.mma_us = e.waves * tile_us;
+  e.mma_us = waves_sk * tile_us;
   e.oob_us = oob_us;
 
   e.dram_us = double(r.m * r.k * ea + r.n * r.k * eb + r.m * r.n * ed) / c.dram_bytes_per_us;
   // Operand panels (every unit's K range: the whole K per tile) plus split-K's fp32 partials,
   // written once and read once by the reducer.
   double const l2_bytes = double(mt * nt) * (kt * g.tile_k) * (rows_a * ea / g.cluster_n + rows_b * eb / g.cluster_m) +
-                          double(mt * nt) * 2.0 * double(splits - 1) * g.tile_m * g.tile_n * 4.0;
+                          double(mt * nt * (splits - 1) + sk_slots) * 2.0 * g.tile_m * g.tile_n * 4.0;
   e.l2_us = l2_bytes / c.l2_bytes_per_us;
   // The zero-fill occupies the TMA unit that also feeds the loads: it adds to any bound.
   e.us = std::max({e.mma_us, e.dram_us + kL2ShareOfDram * e.l2_us, e.l2_us}) + e.oob_us + c.launch_us +
-         (splits > 1 ? kSplitFixupUs : 0.0);
+         (splits > 1 || sk_slots > 0 ? kSplitFixupUs : 0.0);
   if (pad_m) e.us += kCopyLaunchUs + 2.0 * double(r.m * r.k * ea) / c.dram_bytes_per_us;
   return e;
 }

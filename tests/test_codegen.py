@@ -95,7 +95,8 @@ def test_kernel_table_carries_each_configs_geometry(tmp_path):
             assert rows, cfg.name
             for row in rows:
                 sk = cfg.schedule.split_k
-                assert f"{{{tm}, {tn}, {tk}, {cm}, {cn}, KernelStyle::{style}, {sk}}}" in row, (cfg.name, row)
+                skx = str(cfg.schedule.stream_k).lower()
+                assert f"{{{tm}, {tn}, {tk}, {cm}, {cn}, KernelStyle::{style}, {sk}, {skx}}}" in row, (cfg.name, row)
                 assert f"&gen::workspace_{codegen.ident(cfg.name)}__" in row, (cfg.name, row)
     two_sm = next(c for c in CATALOGUE if c.kernel == "2sm")
     assert two_sm.cta_tile[0] == two_sm.tile[0] // 2
@@ -244,4 +245,4 @@ def test_sm100_scaled_mm_lowering():
         # ..., ScaleMode::X, tma_store, fast_accum, swap_ab, fused_bias, MxRoute
         scale, tma, fast, swap, fused = (f.strip() for f in r.split("ScaleMode::")[1].split(",")[:5])
         assert scale in ("Tensorwise", "Rowwise") and (tma, fast, swap, fused) == ("true", "false", "false", "false")
-    assert "{128, 256, 128, 2, 1, KernelStyle::Umma2Sm, 1}" in table  # the per-CTA tile
+    assert "{128, 256, 128, 2, 1, KernelStyle::Umma2Sm, 1, false}" in table  # the per-CTA tile

@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 12;
+constexpr int kRegistryAbiVersion = 13;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -121,6 +121,7 @@ struct KernelGeometry {
   int32_t cluster_m, cluster_n;
   KernelStyle style;
   int32_t split_k;  // K ranges per output tile (the schedule's split_k; 1: none)
+  bool stream_k;    // data-parallel waves, then the rest shared out in K-tiles (split_k is 1)
 };
 
 // What a kernel variant can run. The dispatcher matches a problem against these fields.

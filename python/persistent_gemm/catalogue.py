@@ -28,13 +28,13 @@ KERNELS_ENV = "PGEMM_KERNELS"
 
 
 def _cfg(tile, swizzle, cluster, kernel="cooperative", dtype="bf16", arch="sm90a", raster="row", stages=None,
-         accum="promoted", swap_ab=False, split_k=1, route="promote"):
+         accum="promoted", swap_ab=False, split_k=1, route="promote", stream_k=False):
     return KernelConfig(
         accum=accum,
         route=route,
         swap_ab=swap_ab,
         tile=tile,
-        schedule=TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster, split_k=split_k),
+        schedule=TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster, split_k=split_k, stream_k=stream_k),
         stages=stages,
         kernel=kernel,
         dtype=dtype,
@@ -60,6 +60,12 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     # 64-row tiles halve the MMA work wasted on the padding rows when M <= 64.
     _cfg((128, 64, 64), 8, (1, 2), kernel="pingpong"),
     _cfg((64, 64, 64), 8, (1, 2), kernel="pingpong"),
+    # Stream-K twins of the tiles that leave the last wave part-empty (ragged M, a few waves):
+    # the last wave is shared out in K-tiles (schedule.stream_k_partition), at the price of a
+    # fixed-order fp32 fix-up through the workspace and predicated stores.
+    _cfg((128, 256, 64), 8, (2, 1), stream_k=True),
+    _cfg((128, 128, 64), 8, (1, 2), kernel="pingpong", stream_k=True),
+    _cfg((128, 128, 128), 8, (2, 1), dtype="e4m3", stream_k=True),
     _cfg((128, 64, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
     _cfg((64, 64, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3"),
     # Decode (M <= 16) at the weight's read stream: swap-AB puts the weight on the 64-row wgmma

@@ -211,7 +211,7 @@ namespace persistent_gemm::host {
 using namespace persistent_gemm;
 static KernelEntry const kEntries[] = {
 ${entries}    {nullptr, DType::BF16, DType::BF16, DType::BF16, true, true, ScaleMode::None, true, false, false, false, MxRoute::Promote,
-     {0, 0, 0, 1, 1, KernelStyle::Cooperative, 1}, nullptr, nullptr},
+     {0, 0, 0, 1, 1, KernelStyle::Cooperative, 1, false}, nullptr, nullptr},
 };
 static ScheduleEntry const kSchedules[] = {
 ${schedules}    {nullptr, nullptr},
@@ -242,7 +242,7 @@ _STYLE_ENUM = {"cooperative": "Cooperative", "pingpong": "PingPong", "gemv": "Ge
 _ENTRY = Template(
     '    {"${name}", DType::${a}, DType::${b}, DType::${d}, ${a_k_major}, ${b_k_major}, ScaleMode::${scale}, '
     "${tma_store}, ${fast_accum}, ${swap_ab}, ${fused_bias}, ${route},\n     {${tile_m}, ${tile_n}, ${tile_k}, ${cluster_m}, ${cluster_n}, KernelStyle::${style}, "
-    "${split_k}}, &gen::run_${kid}, &gen::workspace_${kid}},\n"
+    "${split_k}, ${stream_k}}, &gen::run_${kid}, &gen::workspace_${kid}},\n"
 )
 
 
@@ -266,6 +266,11 @@ def _probe_schedules() -> tuple[KernelConfig, ...]:
     for swizzle, cluster, raster, split_k in ((1, (1, 1), "row", 2), (3, (2, 1), "column", 3),
                                                (8, (1, 2), "row", 4), (2, (2, 2), "column", 16)):
         sched = TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster, split_k=split_k)
+        probes.append(KernelConfig(tile=(128, 64, 64), schedule=sched, kernel="pingpong"))
+    # Stream-K: the head / tail cut and the tail's pieces, with clusters and both rasters.
+    for swizzle, cluster, raster in ((1, (1, 1), "row"), (3, (2, 1), "column"), (8, (1, 2), "row"),
+                                     (2, (2, 2), "column")):
+        sched = TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster, stream_k=True)
         probes.append(KernelConfig(tile=(128, 64, 64), schedule=sched, kernel="pingpong"))
     names = {c.name for c in CATALOGUE}
     return tuple(p for p in probes if p.name not in names)

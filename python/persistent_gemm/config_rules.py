@@ -107,9 +107,9 @@ def _gemv(c) -> Optional[str]:
     if tk != want_k:
         return (f"gemv kernels stream {GEMV_CHUNK_BYTES} weight bytes per row per unit: tile_k must be {want_k} "
                 f"for {c.dtype}, got {tk}")
-    if (s.swizzle, s.cluster, s.raster, s.split_k) != (1, (1, 1), "row", 1):
+    if (s.swizzle, s.cluster, s.raster, s.split_k, s.stream_k) != (1, (1, 1), "row", 1, False):
         return ("gemv kernels are scheduled stream-K over weight strips (schedule.strip_stream_k): swizzle, "
-                f"cluster, raster and split_k do not apply (use sw1, 1x1, row, split_k=1), got {s}")
+                f"cluster, raster, split_k and stream_k do not apply (use sw1, 1x1, row, split_k=1), got {s}")
     if c.stages is not None:
         return "gemv kernels size their stage ring from shared memory: stages must be None"
     return None
@@ -155,8 +155,8 @@ def _sm90_bf16_route(c) -> Optional[str]:
     if tm not in (64, 128) or (c.kernel == "cooperative" and tm != 128):
         return (f"route='bf16' tiles hold 64 weight rows per consumer warpgroup: tile_m must be 128 (cooperative) "
                 f"or 64 (ping-pong), got {tm}")
-    if c.schedule.split_k > 1:
-        return "route='bf16' has no split-K (its mainloop runs the whole K of a tile)"
+    if c.schedule.split_k > 1 or c.schedule.stream_k:
+        return "route='bf16' has no split-K or stream-K (its mainloop runs the whole K of a tile)"
     if c.dtype not in WEIGHT_ONLY_DTYPES and tuple(c.schedule.cluster) != (1, 1):
         return ("route='bf16' with e4m3 activations runs on 1x1 clusters only: its 2x1 and 1x2 specs failed to "
                 "launch on an H100 (invalid argument, cause not yet found); the weight-only routes take clusters")

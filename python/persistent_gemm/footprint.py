@@ -17,13 +17,14 @@ from .schedule import ceil_div, check_int
 
 class WaveFootprint(NamedTuple):
     """Operand panels one wave touches. Wave ``s`` is every worker's ``s``-th visit, i.e. ids
-    ``s*W .. s*W + W - 1``. A *panel* is the full-K strip of A (one CTA tile row ``m``) or of B
-    (one CTA tile column ``n``), or with split-K the part of it in one split's K range;
+    ``s*W .. s*W + W - 1`` (a stream-K tail is one wave: ScheduleGrid.wave_visits). A *panel* is
+    the full-K strip of A (one CTA tile row ``m``) or of B (one CTA tile column ``n``), or with
+    split-K / stream-K the part of it in one unit's K range;
     tail CTAs of a cluster touch nothing. The last panel is clipped
     to M (or N). Byte counts cover the operands only (no block scales, no C/D)."""
 
     wave: int
-    visits: int  #: cluster ids in this wave (``W``, fewer in the last wave)
+    visits: int  #: cluster visits in this wave (``W``, fewer in the last wave; stream-K: its pieces)
     tiles: int  #: in-bounds CTA tiles produced
     a_panels: int  #: distinct (batch, m) A row-panels
     b_panels: int  #: distinct (batch, n) B column-panels
@@ -64,28 +65,24 @@ def wave_footprint(config, M: int, N: int, K: int, workers: int, *, batch: int =
     M, N = g.M, g.N
     a_el, b_el = grid_operand_bytes(config)
     tm, tn, tk = g.tile_m, g.tile_n, config.tile[2]
-    S, Kt = g.splits, g.k_tiles
 
-    def k_extent(split: int) -> int:  # elements of K in a split's range (all of K without split-K)
-        return K if S == 1 else min(K, (split + 1) * Kt // S * tk) - split * Kt // S * tk
+    def k_extent(kb: int, ke: int) -> int:  # elements of K in a unit's K-tile range
+        return min(K, ke * tk) - kb * tk
 
     out = []
-    for s in range(g.waves(workers)):
-        ids = range(s * workers, min((s + 1) * workers, g.num_ids))
+    for s, visits in enumerate(g.wave_visits(workers)):
         ms, ns, tiles = set(), set(), 0
-        for t in ids:
-            l, r, c = g.coord_batched(t)
-            sp = t % S
-            for m, n in g.cta_tiles(r, c):
-                ms.add((l, m, sp))
-                ns.add((l, n, sp))
+        for v in visits:  # a panel counts once per K range loaded in the wave (split-K, stream-K)
+            for m, n in g.cta_tiles(v.cluster_row, v.cluster_col):
+                ms.add((v.batch, m, v.k_begin, v.k_end))
+                ns.add((v.batch, n, v.k_begin, v.k_end))
                 tiles += 1
-        a_elems = sum(min(tm, M - m * tm) * k_extent(sp) for _, m, sp in ms)
-        b_elems = sum(min(tn, N - n * tn) * k_extent(sp) for _, n, sp in ns)
+        a_elems = sum(min(tm, M - m * tm) * k_extent(kb, ke) for _, m, kb, ke in ms)
+        b_elems = sum(min(tn, N - n * tn) * k_extent(kb, ke) for _, n, kb, ke in ns)
         a_b, b_b = ceil_div(a_elems * a_el.numerator, a_el.denominator), ceil_div(
             b_elems * b_el.numerator, b_el.denominator
         )
-        out.append(WaveFootprint(s, len(ids), tiles, len(ms), len(ns), a_b, b_b, a_b + b_b))
+        out.append(WaveFootprint(s, len(visits), tiles, len(ms), len(ns), a_b, b_b, a_b + b_b))
     return out
 
 

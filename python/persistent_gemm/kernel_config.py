@@ -112,8 +112,10 @@ class KernelConfig:
         low = lowering(self.arch, self.dtype)
         if low is None:
             return f"no kernel lowering exists for {self.arch} {self.dtype}"
-        if self.schedule.split_k > 1 and (self.arch != "sm90a" or low.tu != "gemm"):
-            return (f"split_k={self.schedule.split_k}: the K-range reduction is built into the sm90a 16-bit and "
+        s = self.schedule
+        if (s.split_k > 1 or s.stream_k) and (self.arch != "sm90a" or low.tu != "gemm"):
+            what = f"split_k={s.split_k}" if s.split_k > 1 else "stream_k=True"
+            return (f"{what}: the K-range reduction is built into the sm90a 16-bit and "
                     f"e4m3 kernels only (not {self.arch} {self.dtype}), so {self.name} cannot be built; its "
                     f"schedule can still be walked and pictured")
         return None
@@ -152,7 +154,8 @@ class KernelConfig:
             "raster": f"persistent_gemm::scheduler::Raster::{raster}",
             "schedule_tag": (
                 f"persistent_gemm::scheduler::PersistentSchedule<{s.swizzle}, {s.cluster_m}, {s.cluster_n}, "
-                f"persistent_gemm::scheduler::Raster::{raster}" + (f", {s.split_k}>" if s.split_k > 1 else ">")
+                f"persistent_gemm::scheduler::Raster::{raster}"
+                + (f", {s.split_k}>" if s.split_k > 1 else ", 1, true>" if s.stream_k else ">")
             ),
             "stages": "0" if self.stages is None else str(self.stages),
             "kernel_style": {
@@ -167,6 +170,7 @@ class KernelConfig:
                       else "persistent_gemm::kernel::AccumPromoted"),
             "swap_ab": str(self.swap_ab).lower(),
             "split_k": str(s.split_k),
+            "stream_k": str(s.stream_k).lower(),
             "route": self.route,
         }
 
@@ -202,6 +206,7 @@ _NAME_PARTS: tuple[_Part, ...] = (
     _Part(*_tokens("raster", RASTER_ALIASES.values()), lambda c: c.schedule.raster),
     _Part(r"sk(?P<sk>\d+)", ("sk<split_k>",), lambda c: f"sk{c.schedule.split_k}" if c.schedule.split_k > 1 else None,
           optional=True),
+    _Part(r"(?P<streamk>streamk)", ("streamk",), lambda c: "streamk" if c.schedule.stream_k else None, optional=True),
     _Part(*_tokens("style", STYLE_TOKENS.values()), lambda c: STYLE_TOKENS[c.kernel]),
     _Part(*_tokens("swap", (SWAP_TOKEN,)), lambda c: SWAP_TOKEN if c.swap_ab else None, optional=True),
     _Part(*_tokens("accum", (ACCUM_TOKEN,)), lambda c: ACCUM_TOKEN if c.accum == "fast" else None, optional=True),
@@ -233,7 +238,7 @@ def parse_name(name: str) -> KernelConfig:
     try:
         schedule = TileSchedule(
             swizzle=int(g["sw"]), cluster=(int(g["cm"]), int(g["cn"])), raster=g["raster"],
-            split_k=int(g["sk"]) if g["sk"] else 1,
+            split_k=int(g["sk"]) if g["sk"] else 1, stream_k=g["streamk"] is not None,
         )
     except (TypeError, ValueError) as e:
         raise ConfigError(f"config name {name!r}: {e}") from None

@@ -214,7 +214,7 @@ def fit_variants(config, variants) -> list:
     for v in variants:
         if config.swap_ab and not (v.a_k_major and v.b_k_major):
             continue
-        if config.swap_ab or config.schedule.split_k > 1:
+        if config.swap_ab or config.schedule.split_k > 1 or config.schedule.stream_k:
             v = replace(v, tma_store=False)
         if v not in out:
             out.append(v)

@@ -27,6 +27,19 @@ DeepGEMM's grouped swizzle.
   coordinate ``coord`` gives for ``t // S'``, so a tile's units are consecutive on the clock and
   run side by side in one wave. The sm90a 16-bit and e4m3 kernels reduce them; others refuse
   split-K (:meth:`~persistent_gemm.catalogue.KernelConfig.kernel_rejection`).
+
+* Stream-K (``stream_k=True``): the ``U = L * Mc * Nc`` units are cut by
+  :func:`stream_k_partition` into a data-parallel head and a stream-K tail. With ``U`` a multiple
+  of ``W`` every unit is data-parallel. Otherwise the tail is the last ``U % W + W`` units (all
+  ``U`` when ``U < W``) and the head the ``(U // W - 1) * W`` before it, walked as above (ids
+  ``w, w + W, ...``). The tail's ``units x Kt`` (unit, K-tile) iterations, unit-major, are dealt
+  to ``W' <= W`` workers as contiguous ranges differing in length by at most one
+  (``begin(w) = w * q + min(w, r)``, ``q, r = divmod(iterations, W')``). After its head ids a
+  worker visits its range cut at unit boundaries: each *piece* is one unit's K-tiles
+  ``[k_begin, k_end)``, ``split`` its index among that unit's pieces in K order. Piece 0 of a unit
+  reduces it and writes D; a later piece (only ever its worker's first) publishes fp32 partial
+  sums that piece 0 adds in worker order, so the sum is fixed by (shape, W). The last wave is
+  filled at any K-tile boundary, not only at whole units.
 """
 
 from __future__ import annotations
@@ -43,6 +56,10 @@ CLUSTER_EXTENTS = (1, 2, 4)
 MAX_CLUSTER_SIZE = 8
 MAX_SWIZZLE = 64
 MAX_SPLIT_K = 16
+#: Stream-K's tail gives each worker this many K-tiles at least (fewer workers take it if
+#: needed), unless that would leave a tail unit without a worker of its own. Mirrored by
+#: scheduler::kStreamKMinIters in tile_scheduler.hpp.
+STREAM_K_MIN_ITERS = 4
 #: Other spellings of a raster order, normalised to "row" / "column" (the canonical name's token).
 RASTER_ALIASES = {"row": "row", "rows": "row", "r": "row", "column": "column", "col": "column",
                   "columns": "column", "c": "column"}
@@ -92,6 +109,9 @@ class TileSchedule:
     split_k : int
         Work units per output tile, each reducing a contiguous range of K-tiles (module
         docstring); ``1`` (the default) is one unit per tile. Must be in ``[1, 16]``.
+    stream_k : bool
+        Data-parallel for the full waves, stream-K over the rest (module docstring): the last
+        wave is shared out in K-tiles, not whole tiles. Excludes ``split_k > 1``.
 
     Examples
     --------
@@ -119,6 +139,7 @@ class TileSchedule:
     cluster: tuple[int, int] = (1, 1)
     raster: Raster = "row"
     split_k: int = 1
+    stream_k: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.swizzle, bool) or not isinstance(self.swizzle, int):
@@ -145,6 +166,10 @@ class TileSchedule:
             raise TypeError(f"split_k must be an int, got {self.split_k!r}")
         if not 1 <= self.split_k <= MAX_SPLIT_K:
             raise ValueError(f"split_k must be in [1, {MAX_SPLIT_K}], got {self.split_k}")
+        if not isinstance(self.stream_k, bool):
+            raise TypeError(f"stream_k must be a bool, got {self.stream_k!r}")
+        if self.stream_k and self.split_k > 1:
+            raise ValueError(f"stream_k=True and split_k={self.split_k} are two ways to split K: choose one")
 
     @property
     def cluster_m(self) -> int:
@@ -171,6 +196,54 @@ class TileSchedule:
 
     def replace(self, **changes) -> "TileSchedule":
         return dataclasses.replace(self, **changes)
+
+
+class StreamKPartition(NamedTuple):
+    """How stream-K cuts a problem's units (:func:`stream_k_partition`)."""
+
+    dp_units: int    # the data-parallel head: ids [0, dp_units), a multiple of the workers
+    sk_units: int    # the stream-K tail: ids [dp_units, dp_units + sk_units)
+    sk_workers: int  # workers sharing the tail's iterations (0: no tail)
+    k_tiles: int
+
+    @property
+    def iterations(self) -> int:
+        return self.sk_units * self.k_tiles
+
+    def begin(self, w: int) -> int:
+        """First tail iteration of worker ``w`` (``w = sk_workers``: the end)."""
+        q, r = divmod(self.iterations, self.sk_workers)
+        return w * q + min(w, r)
+
+    def owner(self, i: int) -> int:
+        """The worker whose range holds tail iteration ``i`` (inverse of :meth:`begin`)."""
+        q, r = divmod(self.iterations, self.sk_workers)
+        big = r * (q + 1)
+        return i // (q + 1) if i < big else r + (i - big) // q
+
+    def pieces(self, t: int) -> int:
+        """Pieces tail unit ``t`` (counted from the tail's start) is cut into."""
+        kt = self.k_tiles
+        return self.owner((t + 1) * kt - 1) - self.owner(t * kt) + 1
+
+
+def stream_k_partition(units: int, k_tiles: int, workers: int) -> StreamKPartition:
+    """Stream-K's data-parallel head and stream-K tail for ``units`` work units of ``k_tiles``
+    K-tiles on ``workers`` workers (the module docstring; ``tile_scheduler.hpp`` computes the same).
+
+    >>> stream_k_partition(units=96, k_tiles=64, workers=132)   # under one wave: all stream-K
+    StreamKPartition(dp_units=0, sk_units=96, sk_workers=132, k_tiles=64)
+    >>> stream_k_partition(units=300, k_tiles=64, workers=132)  # one full wave, then the last 36 + 132
+    StreamKPartition(dp_units=132, sk_units=168, sk_workers=132, k_tiles=64)
+    >>> stream_k_partition(units=264, k_tiles=64, workers=132)  # whole waves: data-parallel
+    StreamKPartition(dp_units=264, sk_units=0, sk_workers=0, k_tiles=64)
+    """
+    full, rest = divmod(units, workers)
+    if rest == 0:
+        return StreamKPartition(units, 0, 0, k_tiles)
+    sk_units = rest + workers if full >= 1 else units
+    sk_workers = min(workers, max(sk_units, sk_units * k_tiles // STREAM_K_MIN_ITERS))
+    return StreamKPartition(units - sk_units, sk_units, sk_workers, k_tiles)
 
 
 class WorkTile(NamedTuple):
@@ -292,10 +365,28 @@ class ScheduleGrid:
 
     def _visits(self, worker: int, workers: int) -> Iterator[WorkTile]:
         S, Kt = self.splits, self.k_tiles
-        for step, t in enumerate(range(worker, self.num_ids, workers)):
+        head = self.num_ids
+        if self.schedule.stream_k:
+            part = self.stream_k(workers)
+            head = part.dp_units
+        for step, t in enumerate(range(worker, head, workers)):
             l, r, c = self.coord_batched(t)
             s = t % S
             yield WorkTile(step, t, l, r, c, s, s * Kt // S, (s + 1) * Kt // S)
+        if not self.schedule.stream_k or worker >= part.sk_workers:
+            return
+        step = len(range(worker, head, workers))
+        b, e = part.begin(worker), part.begin(worker + 1)
+        for u in range(b // Kt, ceil_div(e, Kt)):  # the tail units this range meets, in K order
+            t = head + u
+            l, r, c = self.coord_batched(t)
+            yield WorkTile(step, t, l, r, c, worker - part.owner(u * Kt), max(b, u * Kt) - u * Kt,
+                           min(e, (u + 1) * Kt) - u * Kt)
+            step += 1
+
+    def stream_k(self, workers: int) -> StreamKPartition:
+        """This problem's stream-K head and tail on ``workers`` workers (:func:`stream_k_partition`)."""
+        return stream_k_partition(self.num_ids, self.k_tiles, check_int("workers", workers))
 
     def order(self, workers: int) -> list[tuple[int, int, int, int, int]]:
         """Full order: ``(worker, step, batch, cluster_row, cluster_col)`` for every visit,
@@ -314,7 +405,22 @@ class ScheduleGrid:
         return [(w, v.step, v.batch, v.cluster_row, v.cluster_col, v.split, v.k_begin, v.k_end)
                 for w in range(workers) for v in self.tiles_of(w, workers)]
 
+    def wave_visits(self, workers: int) -> list[list[WorkTile]]:
+        """Every visit, grouped by wave: wave ``s`` is step ``s`` of every worker; a stream-K tail
+        (its pieces run side by side, one range per worker) is the last wave whole."""
+        workers = check_int("workers", workers)
+        head = self.stream_k(workers).dp_units // workers if self.schedule.stream_k else None
+        out: list[list[WorkTile]] = [[] for _ in range(self.waves(workers))]
+        for w in range(workers):
+            for v in self._visits(w, workers):
+                out[v.step if head is None else min(v.step, head)].append(v)
+        return out
+
     def waves(self, workers: int) -> int:
+        """Steps of the busiest worker, counting a stream-K tail's range as one wave."""
+        if self.schedule.stream_k:
+            part = self.stream_k(workers)
+            return part.dp_units // workers + (1 if part.sk_units else 0)
         return ceil_div(self.num_ids, check_int("workers", workers))
 
 

@@ -31,7 +31,7 @@ struct KnownArch {
 };
 std::vector<KnownArch> const& known_archs();
 
-// Walks the clock exactly as a worker does: initial id w, then +W per step.
+// Walks the clock exactly as a worker does: initial id w, then +W per step (then a stream-K tail).
 template <class Scheduler>
 std::vector<int32_t> schedule_order(int m, int n, int l, int k_tiles, int workers) {
   typename Scheduler::Arguments args;
@@ -45,8 +45,8 @@ std::vector<int32_t> schedule_order(int m, int n, int l, int k_tiles, int worker
   rows.reserve(size_t(p.num_ids) * kOrderColumns);
   for (int w = 0; w < workers; ++w) {
     int step = 0;
-    for (auto t = Scheduler::work_at(p, w, 0, 0); t.is_valid();
-         t = Scheduler::work_at(p, t.tile_id + p.num_workers, 0, 0), ++step) {
+    for (auto t = Scheduler::first_work(p, w, 0, 0); t.is_valid();
+         t = Scheduler::next_work_of(p, t, w, p.num_workers, 0, 0), ++step) {
       rows.insert(rows.end(), {w, step, t.l_idx, t.cluster_row, t.cluster_col, t.split_idx, t.k_tile_begin,
                                t.k_tile_end});
     }

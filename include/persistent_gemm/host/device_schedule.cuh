@@ -12,7 +12,7 @@
 namespace persistent_gemm::host {
 
 // out: int32 [workers][ClusterM*ClusterN][steps][7] = (batch, m_idx, n_idx, in_bounds, split,
-// k_tile_begin, k_tile_end), steps = ceil(num_ids / workers); entries past a worker's last id
+// k_tile_begin, k_tile_end), steps = Scheduler::max_steps; entries past a worker's last id
 // stay as the caller set them.
 template <class Scheduler>
 __global__ void device_schedule_kernel(typename Scheduler::Params params, int steps, int32_t* out) {
@@ -45,7 +45,7 @@ cudaError_t launch_device_schedule(int m, int n, int l, int k_tiles, int workers
   // Launch all W workers, idle ones included, so the layout of `out` does not depend on
   // launched_workers(); a plain grid suffices: the walk needs blockIdx, not cluster hardware.
   dim3 grid(Scheduler::ClusterM, Scheduler::ClusterN * workers, 1);
-  int const steps = (p.num_ids + workers - 1) / workers;
+  int const steps = Scheduler::max_steps(p);
   device_schedule_kernel<Scheduler><<<grid, 32, 0, stream>>>(p, steps > 0 ? steps : 1, out);
   return cudaGetLastError();
 }

@@ -97,8 +97,8 @@ class Sm100GemmPersistent {
   using CollectiveMainloop = CollectiveMainloop_;
   using CollectiveEpilogue = CollectiveEpilogue_;
   using ScheduleTag = ScheduleTag_;
-  static_assert(ScheduleTag::SplitK == 1,
-                "split-K schedules are walked by the scheduler but this kernel does not reduce K ranges yet "
+  static_assert(!ScheduleTag::ReducesK,
+                "split-K and stream-K schedules are walked by the scheduler but this kernel does not reduce K ranges yet "
                 "(KernelConfig.kernel_rejection says the same)");
   using Style = Style_;
 

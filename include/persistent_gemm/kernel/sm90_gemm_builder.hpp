@@ -19,7 +19,7 @@
 // SwapAB:   the caller passes the weight as A and the activations as B (decode: the weight fills
 //           the wgmma's 64-row side, the tokens a narrow N); D is written transposed, so the
 //           kernel's column-major (M', N') output is the op's row-major (M, N). Predicated stores.
-// Split-K:  a ScheduleTag with SplitK > 1 reduces K ranges through GemmArgs::workspace
+// Split-K:  a ScheduleTag with SplitK > 1 or StreamK reduces K ranges through GemmArgs::workspace
 //           (Sm90GemmPersistent::split_fixup); predicated stores; one nonce per launch.
 // Stages == 0 sizes the smem ring from what the epilogue leaves free.
 #pragma once
@@ -110,8 +110,8 @@ struct Sm90Gemm {
                 "fast accumulation is an FP8 mainloop option; 16-bit operands always accumulate in fp32");
   static_assert(!SwapAB || !TmaStore, "swap-AB writes D transposed: use the predicated epilogue (TmaStore = false)");
   static_assert(!SwapAB || (AKMajor && BKMajor), "swap-AB takes the weight and the activations K-major");
-  static_assert(ScheduleTag::SplitK == 1 || !TmaStore,
-                "split-K: partial units skip the epilogue, which the stateless predicated epilogue allows "
+  static_assert(!ScheduleTag::ReducesK || !TmaStore,
+                "split-K / stream-K: partial units skip the epilogue, which the stateless predicated epilogue allows "
                 "(TmaStore = false)");
   static constexpr bool kPromotedFp8 = kFp8 && std::is_same_v<Accum, AccumPromoted>;
   static_assert(!kPromotedFp8 || 3 * sm90_detail::accumulator_registers<TileShape, kCooperative>() <=

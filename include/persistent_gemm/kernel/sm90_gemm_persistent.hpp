@@ -61,6 +61,8 @@ class Sm90GemmPersistent {
   using CollectiveEpilogue = CollectiveEpilogue_;
   using ScheduleTag = ScheduleTag_;
   static constexpr int kSplitK = ScheduleTag::SplitK;
+  static constexpr bool kStreamK = ScheduleTag::StreamK;
+  static constexpr bool kReducesK = ScheduleTag::ReducesK;  // some unit may hold part of a tile's K
   using Style = Style_;
   static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static_assert(kCooperative || std::is_same_v<Style, PingPong>, "Style must be Cooperative or PingPong");
@@ -167,8 +169,11 @@ class Sm90GemmPersistent {
     typename CollectiveMainloop::Params mainloop{};
     typename CollectiveEpilogue::Params epilogue{};
     typename Scheduler::Params scheduler{};
-    uint64_t* split_flags = nullptr;  // [tile][split < S'-1]: the launch's nonce once the slot is written
-    float* split_partials = nullptr;   // [tile][split < S'-1][fragment element][MMA thread]
+    // Split-K: [tile][split < S'-1]; stream-K: [tail worker][CTA of its cluster] (a worker's
+    // partial piece is its first tail step, so one slot each). Flags hold the launch's nonce
+    // once their slot is written; slots hold [fragment element][MMA thread].
+    uint64_t* split_flags = nullptr;
+    float* split_partials = nullptr;
     uint64_t split_nonce = 0;          // never 0, never a value a flag holds between launches
   };
 
@@ -182,24 +187,24 @@ class Sm90GemmPersistent {
     sched.k_tiles = (cute::get<2>(args.problem) + kTileK - 1) / kTileK;
     return Scheduler::to_underlying_arguments(sched, args.sm_count > 0 ? args.sm_count : 1);
   }
-  // Flags first (one 8-byte flag per partial slot), 256 B aligned partials after; nothing when
-  // unsplit. Nobody zeroes the workspace: see split_fixup for why no memset is needed.
-  static size_t flag_bytes(Arguments const& args) {
-    if constexpr (kSplitK == 1) {
+  // Partial-sum slots the problem needs: 0 when no unit holds part of a tile's K.
+  static int64_t partial_slots(Arguments const& args) {
+    if constexpr (!kReducesK) {
       return 0;
     } else {
       auto const p = scheduler_params(args);
-      if (p.splits == 1) return 0;
+      if constexpr (kStreamK) return int64_t(p.sk_workers) * Scheduler::ClusterM * Scheduler::ClusterN;
       int64_t const tiles = int64_t(p.tiles_m) * p.tiles_n * cute::get<3>(args.problem);
-      return size_t((tiles * (p.splits - 1) * 8 + 255) / 256 * 256);
+      return tiles * (p.splits - 1);
     }
   }
+  // Flags first (one 8-byte flag per partial slot), 256 B aligned partials after; nothing when
+  // unsplit. Nobody zeroes the workspace: see split_fixup for why no memset is needed.
+  static size_t flag_bytes(Arguments const& args) { return size_t((partial_slots(args) * 8 + 255) / 256 * 256); }
   static size_t workspace_bytes(Arguments const& args) {
-    size_t const flags = flag_bytes(args);
-    if (flags == 0) return 0;
-    auto const p = scheduler_params(args);
-    int64_t const tiles = int64_t(p.tiles_m) * p.tiles_n * cute::get<3>(args.problem);
-    return flags + size_t(tiles) * size_t(p.splits - 1) * size_t(kTileM * kTileN) * sizeof(float);
+    int64_t const slots = partial_slots(args);
+    if (slots == 0) return 0;
+    return flag_bytes(args) + size_t(slots) * size_t(kTileM * kTileN) * sizeof(float);
   }
 
   // Cheap structural checks only. The collectives' own can_implement also demands that the
@@ -236,19 +241,21 @@ class Sm90GemmPersistent {
   // ---- device -------------------------------------------------------------------------------
   // The unit's K-tiles: [begin, begin + count). Unsplit kernels keep the whole-K constant.
   CUTLASS_DEVICE static int k_begin(scheduler::WorkTileInfo const& w) {
-    if constexpr (kSplitK == 1) return 0;
+    if constexpr (!kReducesK) return 0;
     else return w.k_tile_begin;
   }
   CUTLASS_DEVICE static int k_count(scheduler::WorkTileInfo const& w, int k_tiles) {
-    if constexpr (kSplitK == 1) return k_tiles;
+    if constexpr (!kReducesK) return k_tiles;
     else return w.k_tile_end - w.k_tile_begin;
   }
 
-  // Split-K fixup, called by every thread that owns the tile (kMmaThreads of them) after its
-  // mainloop. Returns true when this unit runs the epilogue: the unsplit case and the reducer.
-  // A partial unit stores its fragment to its slot, then writes the launch's nonce to the slot's
-  // flag (release); the reducer waits until every flag of its tile holds the nonce (acquire),
-  // clears them to 0, and adds the slots in index order (fixed order: bitwise reproducible).
+  // Split-K / stream-K fixup, called by every thread that owns the tile (kMmaThreads of them)
+  // after its mainloop. Returns true when this unit runs the epilogue: a whole tile, or the
+  // reducer of a split one. A partial unit stores its fragment to its slot, then writes the
+  // launch's nonce to the slot's flag (release); the reducer waits until each of its tile's
+  // flags holds the nonce (acquire), clears it, and adds the slots in a fixed order (bitwise
+  // reproducible): split-K's reducer is split S'-1 and adds splits 0..S'-2; stream-K's is the
+  // piece at K-tile 0 and adds the pieces of the workers after its own, in worker order.
   //
   // Why the workspace needs no memset (a second graph node, ~2-3 us at decode): after a launch
   // every flag it set is 0 again (each slot has exactly one reducer in the same launch), and a
@@ -259,43 +266,66 @@ class Sm90GemmPersistent {
   template <class Accumulators>
   CUTLASS_DEVICE static bool split_fixup(Params const& params, scheduler::WorkTileInfo const& work,
                                          Accumulators& acc, int mma_thread_idx, uint32_t barrier_id) {
-    if constexpr (kSplitK == 1) {
+    if constexpr (!kReducesK) {
       return true;
     } else {
-      int const splits = params.scheduler.splits;
-      bool const reducer = work.split_idx == splits - 1;
-      // A tail CTA's tile is outside the output: no slot, no flag; its stores are predicated off.
-      if (splits == 1 || !work.in_bounds) return reducer;
       constexpr int kFrag = int(decltype(cute::size(acc))::value);
       static_assert(kFrag * int(kMmaThreads) == kTileM * kTileN, "accumulator fragments must tile the output tile");
-      int64_t const tile = (int64_t(work.l_idx) * params.scheduler.tiles_m + work.m_idx) * params.scheduler.tiles_n +
-                           work.n_idx;
-      uint64_t* const flags = params.split_flags + tile * (splits - 1);
+      constexpr int64_t kSlot = int64_t(kTileM) * kTileN;
+      auto const& sp = params.scheduler;
+      int64_t first_slot, slot_stride;  // slot of split / piece i: first_slot + i * slot_stride
+      int partials;                     // slots the reducer adds
+      bool reducer;
+      if constexpr (kStreamK) {
+        if (work.k_tile_begin == 0 && work.k_tile_end == sp.k_tiles) return true;  // a whole tile
+        reducer = work.split_idx == 0;
+        if (!work.in_bounds) return reducer;  // a tail CTA: no slot, no flag; its stores are predicated off
+        // The unit's pieces belong to consecutive workers from the reducer's on; one slot per
+        // (worker, CTA of the cluster).
+        constexpr int kCtas = Scheduler::ClusterM * Scheduler::ClusterN;
+        int const rank = (work.m_idx - work.cluster_row * Scheduler::ClusterM) * Scheduler::ClusterN +
+                         (work.n_idx - work.cluster_col * Scheduler::ClusterN);
+        int32_t const owner = Scheduler::sk_owner(sp, int64_t(work.tile_id - sp.sk_first) * sp.k_tiles);
+        first_slot = int64_t(owner) * kCtas + rank;
+        slot_stride = kCtas;
+        partials = reducer ? Scheduler::sk_pieces(sp, work.tile_id) - 1 : 0;
+        if (reducer) first_slot += slot_stride;  // its partners are the workers after its own
+      } else {
+        int const splits = sp.splits;
+        reducer = work.split_idx == splits - 1;
+        if (splits == 1 || !work.in_bounds) return reducer;
+        int64_t const tile = (int64_t(work.l_idx) * sp.tiles_m + work.m_idx) * sp.tiles_n + work.n_idx;
+        first_slot = tile * (splits - 1);
+        slot_stride = 1;
+        partials = splits - 1;
+      }
       uint64_t const nonce = params.split_nonce;
-      float* const slots = params.split_partials + tile * (splits - 1) * int64_t(kTileM * kTileN) + mma_thread_idx;
+      float* const slots = params.split_partials + first_slot * kSlot + mma_thread_idx;
+      uint64_t* const flags = params.split_flags + first_slot;
       if (!reducer) {
-        float* const slot = slots + int64_t(work.split_idx) * (kTileM * kTileN);
+        float* const slot = slots + int64_t(work.split_idx) * slot_stride * kSlot;
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < kFrag; ++i) __stcg(slot + i * int(kMmaThreads), acc(i));  // coalesced across threads
         cutlass::arch::NamedBarrier::arrive_and_wait(kMmaThreads, barrier_id);
         if (mma_thread_idx == 0) {
           // Cumulative release: every thread's stores (ordered before us by the barrier) first.
-          asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(flags + work.split_idx), "l"(nonce) : "memory");
+          asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(flags + work.split_idx * slot_stride), "l"(nonce)
+                       : "memory");
         }
         return false;
       }
       if (mma_thread_idx == 0) {
-        for (int s = 0; s < splits - 1; ++s) {
+        for (int s = 0; s < partials; ++s) {
           uint64_t seen = 0;
           do {
-            asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(flags + s) : "memory");
+            asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(flags + s * slot_stride) : "memory");
           } while (seen != nonce);
-          flags[s] = 0;  // the slot's only reader: cleared for the next launch on this memory
+          flags[s * slot_stride] = 0;  // the slot's only reader: cleared for the next launch on this memory
         }
       }
       cutlass::arch::NamedBarrier::arrive_and_wait(kMmaThreads, barrier_id);
-      for (int s = 0; s < splits - 1; ++s) {
-        float const* const slot = slots + int64_t(s) * (kTileM * kTileN);
+      for (int s = 0; s < partials; ++s) {
+        float const* const slot = slots + int64_t(s) * slot_stride * kSlot;
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < kFrag; ++i) acc(i) += __ldcg(slot + i * int(kMmaThreads));
       }

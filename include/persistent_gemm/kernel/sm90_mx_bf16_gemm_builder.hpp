@@ -76,7 +76,7 @@ struct Sm90MxBf16Gemm {
   static constexpr bool kE2m1 = std::is_same_v<OperandX, collective::MxOperandE2m1>;
   static constexpr bool kBf16A = std::is_same_v<OperandA, ActivationsBf16>;
   static_assert(kBf16A || std::is_same_v<OperandA, ActivationsE4m3>, "OperandA: ActivationsE4m3 or ActivationsBf16");
-  static_assert(ScheduleTag::SplitK == 1, "the MX bf16 route has no split-K (its K loop is the whole K)");
+  static_assert(!ScheduleTag::ReducesK, "the MX bf16 route has no split-K or stream-K (its K loop is the whole K)");
   static_assert(kBf16A || cute::size(ClusterShape{}) == 1,
                 "the MX bf16 route with e4m3 activations runs on 1x1 clusters only (2x1 and 1x2 failed to launch)");
   static constexpr int kStages = Stages > 0 ? Stages : sm90_mx_bf16_detail::auto_stages<OperandX, TileShape>();

@@ -69,6 +69,8 @@ struct Sm90MxGemm {
                                 std::is_same_v<OperandX, collective::MxOperandE2m1Fold>;
   static_assert(kE2m1 || std::is_same_v<OperandX, collective::MxOperandE4m3>,
                 "OperandX: MxOperandE4m3, MxOperandE2m1 or MxOperandE2m1Fold");
+  static_assert(!ScheduleTag::ReducesK, "the MX kernels reduce whole tiles: no split-K or stream-K "
+                                        "(KernelConfig.kernel_rejection says the same)");
   static_assert(!kE2m1 || SwapAB, "e2m1 weights are converted in registers, which only the MMA's A side allows: "
                                   "FP8 x FP4 kernels must be swap-AB (the weight as X)");
   static constexpr int kAccRegs = int(cute::size<0>(TileShape{}) * cute::size<1>(TileShape{})) / (kCooperative ? 256 : 128);

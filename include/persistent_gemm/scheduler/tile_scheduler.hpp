@@ -16,6 +16,12 @@
 // splits are consecutive ids on the clock (id = unit * splits + split), so they run side by
 // side in one wave. S is clamped to Kt at run time. Sm90GemmPersistent reduces the ranges
 // (split_fixup); Sm100GemmPersistent static_asserts SplitK == 1.
+//
+// Stream-K (StreamK = true): the ids are cut into a data-parallel head, walked as above, and a
+// tail whose (unit, K-tile) iterations are dealt to workers as contiguous ranges; after its head
+// ids a worker visits its range cut at unit boundaries, one piece per step (schedule.py's
+// docstring defines it; stream_k_partition is its twin). Piece 0 of a unit reduces it; a later
+// piece is its worker's first tail step and only publishes partial sums.
 #pragma once
 
 #include <cstdint>
@@ -30,14 +36,22 @@ namespace persistent_gemm::scheduler {
 
 enum class Raster : int { Row = 0, Column = 1 };
 
+// A stream-K tail gives each worker at least this many K-tiles, unless that would leave a tail
+// unit without a worker (python/persistent_gemm/schedule.py STREAM_K_MIN_ITERS).
+constexpr int kStreamKMinIters = 4;
+
 // ---------------------------------------------------------------------------------- tag ---
-template <int Swizzle_, int ClusterM_, int ClusterN_, Raster Raster_, int SplitK_ = 1>
+template <int Swizzle_, int ClusterM_, int ClusterN_, Raster Raster_, int SplitK_ = 1, bool StreamK_ = false>
 struct PersistentSchedule {
   static constexpr int Swizzle = Swizzle_;
   static constexpr int ClusterM = ClusterM_;
   static constexpr int ClusterN = ClusterN_;
   static constexpr Raster RasterOrder = Raster_;
   static constexpr int SplitK = SplitK_;
+  static constexpr bool StreamK = StreamK_;
+  // Some unit may reduce part of a tile's K: the kernel needs the fixup and predicated stores.
+  static constexpr bool ReducesK = SplitK > 1 || StreamK;
+  static_assert(!(StreamK && SplitK > 1), "stream_k and split_k > 1 are two ways to split K: choose one");
   static_assert(Swizzle >= 1 && Swizzle <= 64, "swizzle must be in [1, 64]");
   static_assert(SplitK >= 1 && SplitK <= 16, "split_k must be in [1, 16]");
   static_assert((ClusterM == 1 || ClusterM == 2 || ClusterM == 4) &&
@@ -74,6 +88,7 @@ class PersistentTileScheduler {
   static constexpr int ClusterN = Schedule::ClusterN;
   static constexpr Raster RasterOrder = Schedule::RasterOrder;
   static constexpr int SplitK = Schedule::SplitK;
+  static constexpr bool StreamK = Schedule::StreamK;
   static constexpr bool kRowRaster = RasterOrder == Raster::Row;
   static_assert(TileM > 0 && TileN > 0, "tile extents must be positive");
 
@@ -98,6 +113,10 @@ class PersistentTileScheduler {
     cutlass::FastDivmod per_batch;   // Mc * Nc
     cutlass::FastDivmod panel_ids;   // Swizzle * clusters_minor
     cutlass::FastDivmod last_width;  // width of the narrowed last panel
+    // Stream-K only: ids [0, sk_first) are the data-parallel head, [sk_first, num_ids) the tail,
+    // whose sk_iters = (num_ids - sk_first) * k_tiles iterations sk_workers workers share.
+    int32_t sk_first = 0, sk_workers = 0;
+    int64_t sk_iters = 0;
   };
 
   static Params to_underlying_arguments(Arguments const& args, int sm_count) {
@@ -120,12 +139,92 @@ class PersistentTileScheduler {
     int const fit = sm_count / (ClusterM * ClusterN);
     int workers = args.max_workers > 0 ? args.max_workers : (fit > 0 ? fit : 1);
     p.num_workers = workers;
+    p.sk_first = p.num_ids;
+    if constexpr (StreamK) {  // schedule.stream_k_partition
+      int32_t const full = p.num_ids / workers, rest = p.num_ids % workers;
+      if (rest != 0) {
+        int32_t const sk_units = full >= 1 ? rest + workers : p.num_ids;
+        p.sk_first = p.num_ids - sk_units;
+        p.sk_iters = int64_t(sk_units) * p.k_tiles;
+        int64_t const by_iters = p.sk_iters / kStreamKMinIters;
+        int64_t const want = by_iters > sk_units ? by_iters : sk_units;
+        p.sk_workers = int32_t(want < workers ? want : workers);
+      }
+    }
     return p;
   }
 
-  // Clusters to launch: never more than there are ids (an idle cluster only costs a launch).
+  // Clusters to launch: never more than there are ids (an idle cluster only costs a launch); a
+  // stream-K tail may give a worker to each share of fewer units, and those workers must all run.
   static int launched_workers(Params const& p) {
+    if constexpr (StreamK) {
+      if (p.sk_workers > 0) return p.sk_first > 0 ? p.num_workers : p.sk_workers;
+    }
     return p.num_workers < p.num_ids ? p.num_workers : (p.num_ids > 0 ? p.num_ids : 1);
+  }
+
+  // A bound on any worker's steps (the device walk's rows per worker): ceil(ids / W), and a
+  // stream-K worker's range meets at most 3 units more than its share of whole units
+  // (kStreamKExtraSteps; tests/test_stream_k.py checks the bound on the Python twin).
+  static constexpr int kStreamKExtraSteps = 3;
+  static int max_steps(Params const& p) {
+    int const w = p.num_workers > 0 ? p.num_workers : 1;
+    return (p.num_ids + w - 1) / w + (StreamK ? kStreamKExtraSteps : 0);
+  }
+
+  // ---- stream-K tail: iteration ranges (StripStreamK's arithmetic over (unit, K-tile) pairs) ----
+  CUTLASS_HOST_DEVICE static int64_t sk_begin(Params const& p, int32_t w) {
+    int64_t const q = p.sk_iters / p.sk_workers, r = p.sk_iters % p.sk_workers;
+    return w * q + (w < r ? w : r);
+  }
+  // The worker whose range holds tail iteration i.
+  CUTLASS_HOST_DEVICE static int32_t sk_owner(Params const& p, int64_t i) {
+    int64_t const q = p.sk_iters / p.sk_workers, r = p.sk_iters % p.sk_workers;
+    int64_t const big = r * (q + 1);
+    return int32_t(i < big ? i / (q + 1) : r + (i - big) / q);
+  }
+  // Pieces of the tail unit with linear id tile_id (its reducer adds the partials of the workers
+  // after its own, one slot each).
+  CUTLASS_HOST_DEVICE static int32_t sk_pieces(Params const& p, int32_t tile_id) {
+    int64_t const u = tile_id - p.sk_first;
+    return sk_owner(p, (u + 1) * p.k_tiles - 1) - sk_owner(p, u * p.k_tiles) + 1;
+  }
+  // Worker w's piece of tail unit u (counted from the tail's start): valid while the unit starts
+  // before w's range ends.
+  CUTLASS_HOST_DEVICE static WorkTileInfo sk_piece(Params const& p, int32_t w, int32_t u, int rank_m, int rank_n) {
+    WorkTileInfo none;
+    none.tile_id = p.num_ids;
+    if (w >= p.sk_workers) return none;  // no tail, or none of it for w
+    int64_t const b = sk_begin(p, w), e = sk_begin(p, w + 1), u0 = int64_t(u) * p.k_tiles;
+    if (u0 >= e) return none;
+    WorkTileInfo info = work_at(p, p.sk_first + u, rank_m, rank_n);
+    info.split_idx = w - sk_owner(p, u0);
+    info.k_tile_begin = int32_t((b > u0 ? b : u0) - u0);
+    info.k_tile_end = int32_t((e < u0 + p.k_tiles ? e : u0 + p.k_tiles) - u0);
+    return info;
+  }
+
+  // Worker w's first tail piece (invalid when it has none).
+  CUTLASS_HOST_DEVICE static WorkTileInfo sk_first_piece(Params const& p, int32_t w, int rank_m, int rank_n) {
+    int32_t const u = w < p.sk_workers ? int32_t(sk_begin(p, w) / p.k_tiles) : 0;
+    return sk_piece(p, w, u, rank_m, rank_n);
+  }
+
+  // Worker w's first step, and the step after cur (stride: the launched workers). Without
+  // stream-K these are ids w and cur + stride.
+  CUTLASS_HOST_DEVICE static WorkTileInfo first_work(Params const& p, int32_t w, int rank_m, int rank_n) {
+    if constexpr (StreamK) {
+      if (w >= p.sk_first) return sk_first_piece(p, w, rank_m, rank_n);
+    }
+    return work_at(p, w, rank_m, rank_n);
+  }
+  CUTLASS_HOST_DEVICE static WorkTileInfo next_work_of(Params const& p, WorkTileInfo const& cur, int32_t w,
+                                                       int32_t stride, int rank_m, int rank_n) {
+    if constexpr (StreamK) {
+      if (cur.tile_id >= p.sk_first) return sk_piece(p, w, cur.tile_id - p.sk_first + 1, rank_m, rank_n);
+      if (cur.tile_id + stride >= p.sk_first) return sk_first_piece(p, w, rank_m, rank_n);
+    }
+    return work_at(p, cur.tile_id + stride, rank_m, rank_n);
   }
 
   // Grid laid out (ClusterM, ClusterN * W): blockIdx.x is the CTA's M-rank inside its
@@ -176,10 +275,10 @@ class PersistentTileScheduler {
         worker_(int(blockIdx.y) / ClusterN),
         stride_(int(gridDim.y) / ClusterN) {}
 
-  CUTLASS_DEVICE WorkTileInfo initial_work() const { return work_at(params_, worker_, rank_m_, rank_n_); }
+  CUTLASS_DEVICE WorkTileInfo initial_work() const { return first_work(params_, worker_, rank_m_, rank_n_); }
 
   CUTLASS_DEVICE WorkTileInfo next_work(WorkTileInfo const& cur) const {
-    return work_at(params_, cur.tile_id + stride_, rank_m_, rank_n_);
+    return next_work_of(params_, cur, worker_, stride_, rank_m_, rank_n_);
   }
 
   CUTLASS_DEVICE int worker() const { return worker_; }
@@ -197,9 +296,9 @@ struct TileSchedulerSelector {
                 "persistent_gemm: unsupported tile scheduler tag (use scheduler::PersistentSchedule)");
 };
 
-template <int S, int CM, int CN, Raster R, int SK, int TileM, int TileN>
-struct TileSchedulerSelector<PersistentSchedule<S, CM, CN, R, SK>, TileM, TileN> {
-  using type = PersistentTileScheduler<PersistentSchedule<S, CM, CN, R, SK>, TileM, TileN>;
+template <int S, int CM, int CN, Raster R, int SK, bool StreamK, int TileM, int TileN>
+struct TileSchedulerSelector<PersistentSchedule<S, CM, CN, R, SK, StreamK>, TileM, TileN> {
+  using type = PersistentTileScheduler<PersistentSchedule<S, CM, CN, R, SK, StreamK>, TileM, TileN>;
 };
 
 }  // namespace persistent_gemm::scheduler

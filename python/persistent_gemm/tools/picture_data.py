@@ -38,15 +38,20 @@ NO_EXTENSION_STATUS = "extension not built here"
 def visit_grid(config, M: int, N: int, workers: int, K: Optional[int] = None):
     """``(step, worker)``: two ``Mt x Nt`` lists of lists; tile ``(m, n)`` is produced by worker
     ``worker[m][n]`` at its step ``step[m][n]`` (batch 1). With split-K (``K`` given), the unit
-    of split 0 stands for its tile (the other splits run on the next workers, same wave)."""
+    of split 0 stands for its tile (the other splits run on the next workers, same wave); with
+    stream-K, piece 0 (the reducer), and a tail tile's step is the tail's wave."""
     config = as_config(config)
     workers = check_int("workers", workers)
     g = config.grid(M, N, K=K)
     step = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
     worker = [[-1] * g.tiles_n for _ in range(g.tiles_m)]
-    for t in range(0, g.num_ids, g.splits):  # split-K: the unit of split 0 stands for the tile
-        for m, n in g.cta_tiles(*g.coord(t)):
-            step[m][n], worker[m][n] = divmod(t, workers)
+    head = g.stream_k(workers).dp_units // workers if config.schedule.stream_k else None
+    for w in range(workers):
+        for v in g.tiles_of(w, workers):
+            if v.split:  # split 0 stands for the tile
+                continue
+            for m, n in g.cta_tiles(v.cluster_row, v.cluster_col):
+                step[m][n], worker[m][n] = (v.step if head is None else min(v.step, head)), w
     return step, worker
 
 
@@ -145,13 +150,12 @@ def wave_operand_footprint(config, M: int, N: int, K: int, workers: int, wave: i
     tm, tn, tk = g.tile_m, g.tile_n, config.tile[2]
     rows, cols, tiles = set(), set(), set()
     units = a_naive = b_naive = 0
-    for t in range(wave * workers, min((wave + 1) * workers, g.num_ids)):
-        split, kb, ke = g.k_range(t)
-        kx = min(K, ke * tk) - kb * tk  # elements of K this unit reduces
-        for m, n in g.cta_tiles(*g.coord(t)):
+    for v in g.wave_visits(workers)[wave]:
+        kx = min(K, v.k_end * tk) - v.k_begin * tk  # elements of K this unit reduces
+        for m, n in g.cta_tiles(v.cluster_row, v.cluster_col):
             hm, wn = min(tm, g.M - m * tm), min(tn, g.N - n * tn)
-            rows.add((m, split, hm * kx))
-            cols.add((n, split, wn * kx))
+            rows.add((m, v.k_begin, hm * kx))
+            cols.add((n, v.k_begin, wn * kx))
             tiles.add((m, n))
             units += 1
             a_naive += hm * kx
@@ -315,7 +319,9 @@ def panel_data(config, M: int, N: int, workers: int | None = None, sm_count: int
     title = [config.name,
              extents + (f" K={K}" if K is not None else "")
              + f": {Mt} x {Nt} tiles of {tm}x{tn}, {workers} workers, {waves} wave{'s' * (waves != 1)}"
-             + (f", split-K {g.splits} (tile = {g.splits} units; split 0 shown)" if g.splits > 1 else ""),
+             + (f", split-K {g.splits} (tile = {g.splits} units; split 0 shown)" if g.splits > 1 else "")
+             + (f", stream-K over the last wave (its {g.stream_k(workers).sk_units} tiles shared out in K-tiles; "
+                "the reducer shown)" if s.stream_k and g.stream_k(workers).sk_units else ""),
              status]
     if highlight is not None:
         hm, hn = highlight

@@ -1,0 +1,120 @@
+"""Stream-K in the schedule spec (issue 27, scheduler side): the Python reference's head / tail
+cut and the tail's pieces, names, rules, the bound the device walk's row count relies on. The
+host C++ walk is held to this reference in test_scheduler_parity.py (the stream-K probes and
+catalogue entries); the device walk and the kernels in test_gpu_stream_k.py."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from conftest import PROPS, schedules
+from hypothesis import given
+from hypothesis import strategies as st
+
+from persistent_gemm import codegen
+from persistent_gemm.catalogue import CATALOGUE, ConfigError, KernelConfig
+from persistent_gemm.schedule import STREAM_K_MIN_ITERS, TileSchedule, ceil_div, stream_k_partition
+
+#: tile_scheduler.hpp's kStreamKExtraSteps: the device walk allots ceil(ids / W) + this many rows.
+EXTRA_STEPS = 3
+
+
+def _cfg(**sched) -> KernelConfig:
+    return KernelConfig(tile=(128, 64, 64), kernel="pingpong", schedule=TileSchedule(stream_k=True, **sched))
+
+
+@PROPS
+@given(base=schedules, mt=st.integers(1, 30), nt=st.integers(1, 30), k=st.integers(1, 6000),
+       batch=st.integers(1, 2), workers=st.integers(1, 140))
+def test_pieces_cover_each_units_k_once_in_fixed_order(base, mt, nt, k, batch, workers):
+    cfg = KernelConfig(tile=(128, 64, 64), kernel="pingpong", schedule=base.replace(split_k=1, stream_k=True))
+    g = cfg.grid(mt * 128 - 5, nt * 64 - 3, batch=batch, K=k)
+    plain = cfg.schedule.replace(stream_k=False).over(g.M, g.N, (128, 64, 64), batch=batch, K=k)
+    part = g.stream_k(workers)
+    kt = g.k_tiles
+    head_steps = part.dp_units // workers
+    assert part.dp_units % workers == 0 and part.dp_units + part.sk_units == g.num_ids
+    pieces = defaultdict(list)
+    for w in range(workers):
+        visits = list(g.tiles_of(w, workers))
+        assert [v.step for v in visits] == list(range(len(visits)))
+        assert len(visits) <= ceil_div(g.num_ids, workers) + EXTRA_STEPS
+        for v in visits:
+            # the same coordinate map as the data-parallel schedule, whole K in the head
+            assert (v.batch, v.cluster_row, v.cluster_col) == plain.coord_batched(v.tile_id)
+            if v.tile_id < part.dp_units:
+                assert (v.step, v.split, v.k_begin, v.k_end) == ((v.tile_id - w) // workers, 0, 0, kt)
+            pieces[v.tile_id].append((v.k_begin, v.k_end, v.split, w, v.step, len(visits)))
+    assert sorted(pieces) == list(range(g.num_ids))
+    for t, ps in pieces.items():
+        ps.sort()
+        assert ps[0][0] == 0 and ps[-1][1] == kt  # contiguous K ranges covering [0, Kt)
+        assert all(a[1] == b[0] and a[1] > a[0] for a, b in zip(ps, ps[1:]))
+        assert [p[2] for p in ps] == list(range(len(ps)))  # split: index in K order
+        assert [p[3] for p in ps] == list(range(ps[0][3], ps[0][3] + len(ps)))  # consecutive workers
+        if len(ps) > 1:
+            assert t >= part.dp_units and part.pieces(t - part.dp_units) == len(ps)
+            assert ps[0][4] == ps[0][5] - 1  # the reducer is its worker's last step: it waits last
+            assert all(p[4] == head_steps for p in ps[1:])  # a partial is its worker's first tail step
+    if part.sk_units:  # the tail's iterations, dealt as evenly as integers allow
+        sizes = [part.begin(w + 1) - part.begin(w) for w in range(part.sk_workers)]
+        assert sum(sizes) == part.sk_units * kt and max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+
+
+@pytest.mark.parametrize("units, k_tiles, workers, want", [
+    (96, 64, 132, (0, 96, 132)),     # under one wave: every unit in the tail, every worker on it
+    (48, 64, 66, (0, 48, 66)),       # 257 x 4096 x 4096 on 128x128 tiles, 1x2 clusters
+    (300, 64, 132, (132, 168, 132)),  # DP for the full waves but one, stream-K for the last 36 + 132
+    (264, 64, 132, (264, 0, 0)),     # whole waves: data-parallel
+    (10, 1, 132, (0, 10, 10)),       # one K-tile each: no unit is split (a worker per unit)
+    (10, 8, 132, (0, 10, 20)),       # 80 iterations: a worker per STREAM_K_MIN_ITERS of them
+])
+def test_partition(units, k_tiles, workers, want):
+    part = stream_k_partition(units, k_tiles, workers)
+    assert (part.dp_units, part.sk_units, part.sk_workers) == want
+    if part.sk_workers > max(part.sk_units, 1):
+        assert part.iterations // part.sk_workers >= STREAM_K_MIN_ITERS
+
+
+def test_257_rows_fill_every_worker_where_data_parallel_leaves_a_third_idle():
+    g = KernelConfig(tile=(128, 128, 64), kernel="pingpong",
+                     schedule=TileSchedule(swizzle=8, cluster=(1, 2), stream_k=True)).grid(257, 4096, K=4096)
+    busy = [sum(v.k_end - v.k_begin for v in g.tiles_of(w, 66)) for w in range(66)]
+    assert g.num_ids == 48 and min(busy) == 46 and max(busy) == 47  # 3072 K-tiles over 66 workers
+    assert g.waves(66) == 1
+
+
+def test_names_round_trip_and_rules():
+    cfg = _cfg(swizzle=3, cluster=(2, 1), raster="column")
+    assert cfg.name == "sm90a_bf16_128x64x64_c2x1_sw3_column_streamk_pp"
+    assert KernelConfig.from_name(cfg.name) == cfg
+    assert cfg.template_args()["schedule_tag"].endswith("Raster::Column, 1, true>")
+    assert cfg.template_args()["stream_k"] == "true"
+    with pytest.raises(ValueError, match="two ways to split K"):
+        TileSchedule(split_k=2, stream_k=True)
+    with pytest.raises(ConfigError, match="two ways to split K"):
+        KernelConfig.from_name("sm90a_bf16_128x64x64_c2x1_sw3_column_sk2_streamk_pp")
+    with pytest.raises(TypeError, match="stream_k must be a bool"):
+        TileSchedule(stream_k=1)
+
+
+def test_stream_k_outside_the_sm90_gemm_builder_is_refused_before_compiling():
+    mx = KernelConfig(tile=(128, 128, 128), dtype="mxfp8", schedule=TileSchedule(cluster=(2, 1), stream_k=True))
+    assert "stream_k=True: the K-range reduction is built into the sm90a 16-bit and e4m3" in mx.kernel_rejection()
+    sm100 = KernelConfig(tile=(256, 128, 64), kernel="2sm", arch="sm100a",
+                         schedule=TileSchedule(cluster=(2, 1), stream_k=True))
+    assert "stream_k=True" in sm100.kernel_rejection()
+    with pytest.raises(ConfigError, match="no split-K or stream-K"):
+        KernelConfig(tile=(128, 256, 64), dtype="mxfp8", swap_ab=True, route="bf16",
+                     schedule=TileSchedule(stream_k=True))
+
+
+def test_catalogue_stream_k_kernels_write_by_predicated_stores():
+    sk = [c for c in CATALOGUE if c.schedule.stream_k]
+    assert sk, "the catalogue has stream-K kernels"
+    for c in sk:
+        assert c.kernel_rejection() is None
+        assert all(not v.tma_store for v in codegen.variants(c)), c.name
+    probes = [c for c in codegen.PARITY_PROBES if c.schedule.stream_k]
+    assert {c.schedule.raster for c in probes} == {"row", "column"} and len({c.schedule.cluster for c in probes}) >= 3
