@@ -3,7 +3,7 @@
 # Run from the repository root with the CUTLASS wheel downloaded into .whl/ (docs/benchmarks.md,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
-#   bash benchmarks/gpu_session.sh build|test|sanitize|verify|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
+#   bash benchmarks/gpu_session.sh build|test|sanitize|verify|stream_k|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
 #
 # bench_mx also times humming (the optional peer) when its wheel is in .whl/
 # (pip download --no-deps -d .whl humming-kernels==0.1.19): installed without dependencies into
@@ -83,6 +83,20 @@ case "${1:-}" in
       compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize_tails.py --family $fam \
         > "$OUT/sanitize_${fam}_memcheck.log" 2>&1
       echo "$fam memcheck rc=$? ($(tail -1 "$OUT/sanitize_${fam}_memcheck.log"))"
+    done
+    ;;
+  stream_k)
+    # Issue 27's kernels after `build` (PGEMM_KERNELS='sm90a_(bf16|e4m3)_' suffices): their GPU
+    # tests and split-K's (the shared fixup), then memcheck, racecheck and synccheck over their
+    # tail shapes. One pytest process per file (a fault is sticky). Logs under $OUT.
+    for f in tests/test_gpu_stream_k.py tests/test_gpu_decode.py; do
+      timeout 300 python3 -m pytest -q -p no:cacheprovider "$f" > "$OUT/$(basename "$f" .py).log" 2>&1
+      echo "$f: $(tail -1 "$OUT/$(basename "$f" .py).log")"; grep -E "^(FAILED|ERROR)" "$OUT/$(basename "$f" .py).log" | head -8
+    done
+    for tool in memcheck racecheck synccheck; do
+      timeout 240 compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_tails.py --family streamk \
+        > "$OUT/sanitize_streamk_$tool.log" 2>&1
+      echo "streamk $tool rc=$? ($(tail -1 "$OUT/sanitize_streamk_$tool.log"))"
     done
     ;;
   closing)

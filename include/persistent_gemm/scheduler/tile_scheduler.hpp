@@ -79,6 +79,17 @@ struct WorkTileInfo {
   CUTLASS_HOST_DEVICE bool is_tail() const { return valid && !in_bounds; }
 };
 
+// Stream-K's part of the Params: ids [0, sk_first) are the data-parallel head, [sk_first,
+// num_ids) the tail, whose sk_iters = (num_ids - sk_first) * k_tiles iterations sk_workers
+// workers share. An empty base otherwise, so the other schedules' Params keep their layout.
+template <bool StreamK>
+struct StreamKParams {};
+template <>
+struct StreamKParams<true> {
+  int32_t sk_first = 0, sk_workers = 0;
+  int64_t sk_iters = 0;
+};
+
 // ------------------------------------------------------------------------------- class ---
 template <class Schedule, int TileM, int TileN>
 class PersistentTileScheduler {
@@ -100,7 +111,7 @@ class PersistentTileScheduler {
 
   // Everything the clock needs, divisors precomputed on the host. "major" is the dimension
   // panels are stacked along (M for row raster), "minor" the one ids sweep inside a panel.
-  struct Params {
+  struct Params : StreamKParams<StreamK> {
     int32_t tiles_m = 0, tiles_n = 0;
     int32_t clusters_m = 0, clusters_n = 0;
     int32_t clusters_major = 0, clusters_minor = 0;
@@ -113,10 +124,6 @@ class PersistentTileScheduler {
     cutlass::FastDivmod per_batch;   // Mc * Nc
     cutlass::FastDivmod panel_ids;   // Swizzle * clusters_minor
     cutlass::FastDivmod last_width;  // width of the narrowed last panel
-    // Stream-K only: ids [0, sk_first) are the data-parallel head, [sk_first, num_ids) the tail,
-    // whose sk_iters = (num_ids - sk_first) * k_tiles iterations sk_workers workers share.
-    int32_t sk_first = 0, sk_workers = 0;
-    int64_t sk_iters = 0;
   };
 
   static Params to_underlying_arguments(Arguments const& args, int sm_count) {
@@ -139,8 +146,8 @@ class PersistentTileScheduler {
     int const fit = sm_count / (ClusterM * ClusterN);
     int workers = args.max_workers > 0 ? args.max_workers : (fit > 0 ? fit : 1);
     p.num_workers = workers;
-    p.sk_first = p.num_ids;
     if constexpr (StreamK) {  // schedule.stream_k_partition
+      p.sk_first = p.num_ids;
       int32_t const full = p.num_ids / workers, rest = p.num_ids % workers;
       if (rest != 0) {
         int32_t const sk_units = full >= 1 ? rest + workers : p.num_ids;
