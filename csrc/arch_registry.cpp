@@ -15,17 +15,6 @@
 namespace persistent_gemm {
 namespace {
 
-std::mutex& registry_mutex() {
-  static std::mutex m;
-  return m;
-}
-
-// A deque: ArchModule addresses handed out by arch_for_device stay valid as modules register.
-std::deque<ArchModule>& registry() {
-  static std::deque<ArchModule> r;
-  return r;
-}
-
 // A built arch module plus the JIT modules of the same arch, merged into one table (the
 // dispatcher and explain see every kernel of an arch at once). Never freed: a thread may still
 // be choosing from an older merge.
@@ -34,9 +23,16 @@ struct MergedTable {
   std::vector<host::ScheduleEntry> schedules;
   KernelTable table;
 };
-std::deque<MergedTable>& merged_tables() {
-  static std::deque<MergedTable> m;
-  return m;
+// The registered modules and their merges, with the mutex that guards them: one function-local
+// static, built on first use whichever translation unit registers first.
+struct Registry {
+  std::mutex mutex;
+  std::deque<ArchModule> modules;  // a deque: addresses handed out by arch_for_device stay valid
+  std::deque<MergedTable> merged;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
 }
 std::atomic<uint64_t> g_registry_generation{0};
 
@@ -71,8 +67,8 @@ ArchModule const& require_arch(char const* op, at::Tensor const& a) {
 void register_arch(ArchModule module) {
   TORCH_CHECK(module.table && module.table->abi_version == kRegistryAbiVersion, msg("persistent_gemm: kernel module ABI ", module.table ? module.table->abi_version : -1,
               " does not match _C's ", kRegistryAbiVersion, "; rebuild the extension"));
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  for (auto& m : registry()) {
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  for (auto& m : registry().modules) {
     if (std::string(m.table->arch) != module.table->arch) continue;
     TORCH_CHECK(m.table->sm_major == module.table->sm_major && m.table->sm_minor == module.table->sm_minor,
                 msg("persistent_gemm: a second ", module.table->arch, " module disagrees on the compute capability"));
@@ -89,7 +85,7 @@ void register_arch(ArchModule module) {
     for (auto const* s = module.schedules; s && s->config; ++s) g.schedules.push_back(*s);
     g.schedules.push_back({nullptr, nullptr});
     g.table = *m.table;
-    auto& kept = merged_tables().emplace_back(std::move(g));
+    auto& kept = registry().merged.emplace_back(std::move(g));
     kept.table.entries = kept.entries.data();
     kept.table.count = int32_t(kept.entries.size());
     // Readers take the pointers without the lock: publish them whole.
@@ -98,18 +94,18 @@ void register_arch(ArchModule module) {
     g_registry_generation.fetch_add(1);
     return;
   }
-  registry().push_back(module);
+  registry().modules.push_back(module);
   g_registry_generation.fetch_add(1);
 }
 
 uint64_t registry_generation() { return g_registry_generation.load(); }
 
-std::deque<ArchModule> const& registered_arches() { return registry(); }
+std::deque<ArchModule> const& registered_arches() { return registry().modules; }
 
 ArchModule const* arch_for_device(int device) {
   auto const* prop = &device_info(device);
   // sm_90a / sm_100a code is arch-specific: it runs only on exactly that compute capability.
-  for (auto const& m : registry())
+  for (auto const& m : registry().modules)
     if (m.table->sm_major == prop->major && m.table->sm_minor == prop->minor) return &m;
   return nullptr;
 }

@@ -355,8 +355,6 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
   return launch(op, mod, req, Operands{a, b.t(), scale_a.contiguous(), scale_b.contiguous()}, p, epi);
 }
 
-namespace {
-
 // mxfp8_mm (e2m1 = false) and fp8_fp4_mm (e2m1 = true): the weight goes to launch() as its (N, K)
 // rows b^T (e4m3, or packed e2m1 (N, K/2) bytes).
 at::Tensor mx_mm_cuda(bool e2m1, at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
@@ -367,30 +365,13 @@ at::Tensor mx_mm_cuda(bool e2m1, at::Tensor const& a, at::Tensor const& b, at::T
   auto const [p, epi, kind, layouts] =
       checked_mx_mm(op, e2m1, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
   if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
-    return (e2m1 ? fp8_fp4_mm_cpu : mxfp8_mm_cpu)(a, b, scale_a, scale_b, out_dtype, scale_layout, std::nullopt,
-                                                   scale_b_layout, bias);
+    return mx_mm_ref(e2m1, a, b, scale_a, scale_b, out_dtype, scale_layout, std::nullopt, scale_b_layout, bias);
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
   auto const& mod = require_arch(op, a);
   Request req = request_for(p, DType::E4M3, e2m1 ? DType::E2M1 : DType::E4M3, ScaleMode::Block32, config);
   return launch(op, mod, req, Operands{a, b.t(), scale_a, scale_b, layouts}, p, epi);
-}
-
-}  // namespace
-
-at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
-                         at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
-                         c10::string_view scale_layout, std::optional<c10::string_view> config,
-                         std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
-  return mx_mm_cuda(false, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
-}
-
-at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
-                           at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
-                           c10::string_view scale_layout, std::optional<c10::string_view> config,
-                           std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
-  return mx_mm_cuda(true, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
 }
 
 at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,

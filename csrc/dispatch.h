@@ -20,14 +20,11 @@ at::Tensor scaled_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor c
                           at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
                           std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias,
                           double alpha, double beta);
-at::Tensor mxfp8_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
-                         at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
-                         c10::string_view scale_layout, std::optional<c10::string_view> config,
-                         std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias);
-at::Tensor fp8_fp4_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
-                           at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
-                           c10::string_view scale_layout, std::optional<c10::string_view> config,
-                           std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias);
+// mxfp8_mm (e2m1 false) and fp8_fp4_mm (e2m1 true): the schema's arguments after e2m1.
+at::Tensor mx_mm_cuda(bool e2m1, at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                      at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
+                      c10::string_view scale_layout, std::optional<c10::string_view> config,
+                      std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias);
 
 // bf16 activations x an MX weight: the decode GEMV where one fits, else the exact reference.
 at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,

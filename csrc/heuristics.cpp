@@ -61,12 +61,13 @@ struct Tuned {
   Request req;
   std::string config;
 };
-std::mutex& tuned_mutex() {
-  static std::mutex m;
-  return m;
-}
-std::vector<Tuned>& tuned() {
-  static std::vector<Tuned> t;
+// The winners with the mutex that guards them: one function-local static, built on first use.
+struct TunedTable {
+  std::mutex mutex;
+  std::vector<Tuned> rows;
+};
+TunedTable& tuned() {
+  static TunedTable t;
   return t;
 }
 std::atomic<uint64_t> g_tuned_generation{0};
@@ -75,8 +76,8 @@ std::optional<std::string> tuned_config(KernelTable const& table, Request const&
   if (g_tuned_generation.load(std::memory_order_relaxed) == 0) return std::nullopt;  // none ever set
   Request key = r;
   key.config.reset();
-  std::lock_guard<std::mutex> lock(tuned_mutex());
-  for (auto const& t : tuned())
+  std::lock_guard<std::mutex> lock(tuned().mutex);
+  for (auto const& t : tuned().rows)
     if (t.arch == table.arch && t.req == key) {
       for (int i = 0; i < table.count; ++i)  // only while that kernel is registered
         if (t.config == table.entries[i].config) return t.config;
@@ -87,16 +88,16 @@ std::optional<std::string> tuned_config(KernelTable const& table, Request const&
 
 void set_tuned(std::string const& arch, Request req, std::string const& config) {
   req.config.reset();
-  std::lock_guard<std::mutex> lock(tuned_mutex());
-  auto& t = tuned();
+  std::lock_guard<std::mutex> lock(tuned().mutex);
+  auto& t = tuned().rows;
   t.erase(std::remove_if(t.begin(), t.end(), [&](Tuned const& x) { return x.arch == arch && x.req == req; }), t.end());
   if (!config.empty()) t.push_back({arch, req, config});
   g_tuned_generation.fetch_add(1);
 }
 
 void clear_tuned() {
-  std::lock_guard<std::mutex> lock(tuned_mutex());
-  tuned().clear();
+  std::lock_guard<std::mutex> lock(tuned().mutex);
+  tuned().rows.clear();
   g_tuned_generation.fetch_add(1);
 }
 

@@ -84,8 +84,6 @@ at::Tensor scaled_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor co
   return epilogue_reference(acc, c.epi, c.p.out_dtype);
 }
 
-namespace {
-
 // mxfp8_mm (e2m1 = false) and fp8_fp4_mm (e2m1 = true): both operands dequantized by their
 // 1x32 block scales, the e2m1 weight unpacked first.
 at::Tensor mx_mm_ref(bool e2m1, at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
@@ -99,22 +97,6 @@ at::Tensor mx_mm_ref(bool e2m1, at::Tensor const& a, at::Tensor const& b, at::Te
   auto const values = e2m1 ? unpack_e2m1(b.t()) : b.t().to(at::kFloat);  // (N, K)
   auto const db = values * block_scale_factors(scale_b, p.n, p.k, layout.b);
   return epilogue_reference(at::mm(da, db.t()), epi, p.out_dtype);
-}
-
-}  // namespace
-
-at::Tensor mxfp8_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
-                        at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
-                        c10::string_view scale_layout, std::optional<c10::string_view> config,
-                        std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
-  return mx_mm_ref(false, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
-}
-
-at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
-                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
-                          c10::string_view scale_layout, std::optional<c10::string_view> config,
-                          std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias) {
-  return mx_mm_ref(true, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
 }
 
 at::Tensor weight_only_mm_ref(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
@@ -306,20 +288,34 @@ TORCH_LIBRARY(persistent_gemm, m) {
       "Tensor? bias=None, str rule='floor', bool use_fast_accum=False, str? config=None) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(persistent_gemm, CPU, m) {
-  m.impl("mm", &mm_cpu);
-  m.impl("scaled_mm", &scaled_mm_cpu);
-  m.impl("mxfp8_mm", &mxfp8_mm_cpu);
-  m.impl("fp8_fp4_mm", &fp8_fp4_mm_cpu);
-  m.impl("weight_only_mm", &weight_only_mm_ref);
+namespace {
+
+// mxfp8_mm (E2M1 false) and fp8_fp4_mm (true) as the schema declares them, over the one
+// implementation of both that takes e2m1 first (mx_mm_ref, mx_mm_cuda).
+template <auto MxMm, bool E2M1>
+at::Tensor mx_op(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a, at::Tensor const& scale_b,
+                 std::optional<at::ScalarType> out_dtype, c10::string_view scale_layout,
+                 std::optional<c10::string_view> config, std::optional<c10::string_view> scale_b_layout,
+                 std::optional<at::Tensor> const& bias) {
+  return MxMm(E2M1, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
 }
 
+// The GEMM ops of one dispatch key: one list, so the CPU and CUDA keys cannot drift apart.
+template <auto Mm, auto ScaledMm, auto MxMm, auto WeightOnlyMm>
+void impl_gemm_ops(torch::Library& m) {
+  m.impl("mm", Mm);
+  m.impl("scaled_mm", ScaledMm);
+  m.impl("mxfp8_mm", &mx_op<MxMm, false>);
+  m.impl("fp8_fp4_mm", &mx_op<MxMm, true>);
+  m.impl("weight_only_mm", WeightOnlyMm);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(persistent_gemm, CPU, m) { impl_gemm_ops<&mm_cpu, &scaled_mm_cpu, &mx_mm_ref, &weight_only_mm_ref>(m); }
+
 TORCH_LIBRARY_IMPL(persistent_gemm, CUDA, m) {
-  m.impl("mm", &mm_cuda);
-  m.impl("scaled_mm", &scaled_mm_cuda);
-  m.impl("mxfp8_mm", &mxfp8_mm_cuda);
-  m.impl("fp8_fp4_mm", &fp8_fp4_mm_cuda);
-  m.impl("weight_only_mm", &weight_only_mm_cuda);
+  impl_gemm_ops<&mm_cuda, &scaled_mm_cuda, &mx_mm_cuda, &weight_only_mm_cuda>(m);
 }
 
 namespace {

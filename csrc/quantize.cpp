@@ -141,8 +141,8 @@ at::Tensor quantized_linear_cuda(at::Tensor const& x, at::Tensor const& weight_q
   TORCH_CHECK_VALUE(format == "mxfp8" || format == "fp8_fp4",
                     msg(op, ": format must be 'fp8_rowwise', 'mxfp8' or 'fp8_fp4', got '", std::string(format), "'"));
   auto const [xq, xs] = quantize_mxfp8_cuda(x, rule);
-  auto const gemm = format == "mxfp8" ? &mxfp8_mm_cuda : &fp8_fp4_mm_cuda;
-  return gemm(xq, weight_q.t(), xs, weight_scale, out_dtype, "plain", config, "blocked", bias);
+  return mx_mm_cuda(format == "fp8_fp4", xq, weight_q.t(), xs, weight_scale, out_dtype, "plain", config, "blocked",
+                    bias);
 }
 
 }  // namespace

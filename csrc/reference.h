@@ -17,16 +17,11 @@ at::Tensor scaled_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor co
                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, bool use_fast_accum,
                          std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias = std::nullopt,
                          double alpha = 1.0, double beta = 1.0);
-at::Tensor mxfp8_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
-                        at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
-                        c10::string_view scale_layout, std::optional<c10::string_view> config,
-                        std::optional<c10::string_view> scale_b_layout,
-                        std::optional<at::Tensor> const& bias = std::nullopt);
-at::Tensor fp8_fp4_mm_cpu(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
-                          at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype,
-                          c10::string_view scale_layout, std::optional<c10::string_view> config,
-                          std::optional<c10::string_view> scale_b_layout,
-                        std::optional<at::Tensor> const& bias = std::nullopt);
+// mxfp8_mm (e2m1 false) and fp8_fp4_mm (e2m1 true): the schema's arguments after e2m1.
+at::Tensor mx_mm_ref(bool e2m1, at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_a,
+                     at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, c10::string_view scale_layout,
+                     std::optional<c10::string_view> config, std::optional<c10::string_view> scale_b_layout,
+                     std::optional<at::Tensor> const& bias = std::nullopt);
 // Weight-only MX (bf16/fp16 activations): the weight dequantized exactly, the product in fp32 on
 // the CPU (fp64 on other devices, where fp32 matmuls may run in TF32), rounded once.
 at::Tensor weight_only_mm_ref(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,

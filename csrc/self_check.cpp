@@ -175,13 +175,12 @@ Outcome run_check(KernelEntry const& e, int device, Shape const& s, bool blocked
   }
   auto a = randn(s.m, s.k).mul(4).to(at::kFloat8_e4m3fn);
   auto const as = codes(s.m, s.k, /*nan_row0=*/true), bs = codes(s.n, s.k, /*nan_row0=*/false);
-  auto const run = e2m1 ? &fp8_fp4_mm_cuda : &mxfp8_mm_cuda;
-  auto const reference = e2m1 ? &fp8_fp4_mm_cpu : &mxfp8_mm_cpu;
-  auto got = run(on(a), on(b), on(blocked ? blocked_scale(as) : as), on(blocked ? blocked_scale(bs) : bs), out, layout,
-                 config, std::nullopt, std::nullopt);
+  auto got = mx_mm_cuda(e2m1, on(a), on(b), on(blocked ? blocked_scale(as) : as), on(blocked ? blocked_scale(bs) : bs),
+                        out, layout, config, std::nullopt, std::nullopt);
   auto exact = mx64(a, as, false).mm(mx64(w, bs, e2m1).t());
   // The per-32 promotion route's e4m3 tensor-core sums, as the MX tests allow (MX_FLOOR).
-  return compare(got, reference(a, b, as, bs, out, "plain", std::nullopt, std::nullopt, std::nullopt), exact, 5e-4, s);
+  return compare(got, mx_mm_ref(e2m1, a, b, as, bs, out, "plain", std::nullopt, std::nullopt, std::nullopt), exact,
+                 5e-4, s);
 }
 
 }  // namespace

@@ -35,6 +35,7 @@
 
 #include "persistent_gemm/collective/mx_block_scales.hpp"
 #include "persistent_gemm/collective/sm90_mx_block_scaled_mma.hpp"  // MxOperandE4m3 / MxOperandE2m1
+#include "persistent_gemm/collective/sm90_mx_wgmma.hpp"
 
 namespace persistent_gemm::collective {
 
@@ -44,7 +45,7 @@ constexpr int kBlocksPerTile = kTileK / mx_detail::kBlockK;
 }  // namespace bf16_route
 
 template <class OperandX_, class TileShape_, class ClusterShape_, int Stages_, bool Cooperative_>
-struct Sm90MxBf16Mma {
+struct Sm90MxBf16Mma : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileShape_, ClusterShape_, Stages_, Cooperative_>> {
   using OperandX = OperandX_;
   using TileShape = TileShape_;
   static constexpr bool kCooperative = Cooperative_;
@@ -94,8 +95,9 @@ struct Sm90MxBf16Mma {
       cute::GMMA::Layout_K_SW128_Atom<ElementB>{},
       cute::make_shape(cute::Int<kTileN>{}, cute::Int<bf16_route::kTileK>{}, cute::Int<Stages>{})));
 
+  using ElementXStorage = uint8_t;
   struct TensorStorage : cute::aligned_struct<128, cute::_0> {
-    cute::array_aligned<uint8_t, cute::cosize_v<SmemLayoutA>> smem_A;
+    cute::array_aligned<ElementXStorage, cute::cosize_v<SmemLayoutA>> smem_A;
     cute::array_aligned<ElementB, cute::cosize_v<SmemLayoutB>> smem_B;
     alignas(128) uint8_t sf_x[Stages][mx_detail::kAtomBytes];  // the band's atom of this K-tile's column
   };
@@ -109,24 +111,9 @@ struct Sm90MxBf16Mma {
       uint32_t(kTileM * kXBytesPerRow + kTileN * bf16_route::kTileK * 2 + mx_detail::kAtomBytes);
 
   // ---- TMA ---------------------------------------------------------------------------------------
-  using GmemCopyX = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
-      cute::size<1>(ClusterShape{})));
-  using GmemCopyY = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
-      cute::size<0>(ClusterShape{})));
-  using TileShapeX = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kXBytesPerRow>>;
-
-  static auto make_tma_x(uint8_t const* ptr, int rows, int k_bytes, int64_t ld) {
-    auto t = cute::make_tensor(ptr, cute::make_layout(cute::make_shape(rows, k_bytes, 1), StrideA{ld, cute::_1{}, 0}));
-    return cute::make_tma_copy_A_sm90(GmemCopyX{}, t, SmemLayoutA{}(cute::_, cute::_, cute::Int<0>{}), TileShapeX{},
-                                      ClusterShape{});
-  }
-  static auto make_tma_y(ElementB const* ptr, int rows, int k, int64_t ld) {
-    auto t = cute::make_tensor(ptr, cute::make_layout(cute::make_shape(rows, k, 1), StrideB{ld, cute::_1{}, 0}));
-    return cute::make_tma_copy_B_sm90(GmemCopyY{}, t, SmemLayoutB{}(cute::_, cute::_, cute::Int<0>{}), TileShape{},
-                                      ClusterShape{});
-  }
-  using TmaX = decltype(make_tma_x(nullptr, 1, 1, 1));
-  using TmaY = decltype(make_tma_y(nullptr, 1, 1, 1));
+  using TmaOperands = mx_detail::Sm90MxTmaOperands<ClusterShape, TileShape, kXBytesPerRow, SmemLayoutA, SmemLayoutB, StrideA>;
+  using TmaX = decltype(TmaOperands::make_tma_x(static_cast<ElementXStorage const*>(nullptr), 1, 1, 1));
+  using TmaY = decltype(TmaOperands::make_tma_y(static_cast<ElementB const*>(nullptr), 1, 1, 1));
 
   // ---- host interface ----------------------------------------------------------------------------
   // The activations' K extent is padded to whole 32-blocks (the permutation mixes a block).
@@ -152,85 +139,24 @@ struct Sm90MxBf16Mma {
     int32_t k_blocks = 1;    // ceil(K / 32): blocks past it are padding
   };
 
-  template <class ProblemShape>
-  static Params to_underlying_arguments(ProblemShape const& problem, Arguments const& args, void*) {
-    auto const [m, n, k, l] = problem;
-    (void)l;
-    Params p{make_tma_x(static_cast<uint8_t const*>(args.ptr_x), m, kE2m1 ? k / 2 : k, args.ld_x),
-             make_tma_y(static_cast<ElementB const*>(args.ptr_y), n, padded_k(k), args.ld_y)};
-    p.sf_x = args.sf_x;
+  static void set_scale_params(Params& p, Arguments const& args, int /*n*/, int k) {
     p.ref_x = args.ref_x;
-    p.bands_x = (m + 127) / 128;
     p.atom_cols = (k + mx_detail::kTileK - 1) / mx_detail::kTileK;
-    p.k_blocks = (k + mx_detail::kBlockK - 1) / mx_detail::kBlockK;
-    return p;
   }
 
-  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
-    cute::prefetch_tma_descriptor(params.tma_load_a.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_load_b.get_tma_descriptor());
-  }
-
-  template <class ProblemShapeMNKL>
-  CUTLASS_DEVICE auto load_init(ProblemShapeMNKL const& problem, Params const& params) const {
-    using namespace cute;
-    auto [M, N, K, L] = problem;
-    Tensor mA = params.tma_load_a.get_tma_tensor(make_shape(M, kE2m1 ? K / 2 : K, L));
-    Tensor mB = params.tma_load_b.get_tma_tensor(make_shape(N, padded_k(K), L));
-    Tensor gA = local_tile(mA, TileShapeX{}, make_coord(_, _, _), Step<_1, X, _1>{});
-    Tensor gB = local_tile(mB, TileShape{}, make_coord(_, _, _), Step<X, _1, _1>{});
-    return make_tuple(gA, gB);
-  }
-
-  // ---- producer ------------------------------------------------------------------------------
-  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
-  CUTLASS_DEVICE void load(Params const& params, MainloopPipeline pipeline, PipelineState smem_pipe_write,
-                           cute::tuple<TensorA, TensorB> const& load_inputs, BlockCoord const& blk_coord,
-                           KTileIterator k_tile_iter, int k_tile_count, int /*lane*/, uint32_t block_rank_in_cluster,
-                           TensorStorage& shared) {
-    using namespace cute;
-    if (!cute::elect_one_sync()) return;
-    Tensor sA = make_tensor(make_smem_ptr(shared.smem_A.data()), SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(shared.smem_B.data()), SmemLayoutB{});
-    constexpr uint32_t cluster_x = size<0>(ClusterShape{});
-    uint2 const cta = {block_rank_in_cluster % cluster_x, block_rank_in_cluster / cluster_x};
-    auto block_tma_a = params.tma_load_a.get_slice(cta.y);
-    auto block_tma_b = params.tma_load_b.get_slice(cta.x);
-    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
-    Tensor tAgA = block_tma_a.partition_S(get<0>(load_inputs)(_, _, m_coord, _, l_coord));
-    Tensor tAsA = block_tma_a.partition_D(sA);
-    Tensor tBgB = block_tma_b.partition_S(get<1>(load_inputs)(_, _, n_coord, _, l_coord));
-    Tensor tBsB = block_tma_b.partition_D(sB);
-
-    uint16_t mcast_a = 0, mcast_b = 0;
-    auto block_layout = Layout<ClusterShape>{};
-    if constexpr (std::is_same_v<GmemCopyX, SM90_TMA_LOAD_MULTICAST>)
-      for (int n = 0; n < size<1>(block_layout); ++n) mcast_a |= uint16_t(1) << block_layout(cta.x, n, Int<0>{});
-    if constexpr (std::is_same_v<GmemCopyY, SM90_TMA_LOAD_MULTICAST>)
-      for (int m = 0; m < size<0>(block_layout); ++m) mcast_b |= uint16_t(1) << block_layout(m, cta.y, Int<0>{});
-
-    // The tile's 128-row scale band (clamped for a tail CTA past the grid, whose results are
-    // never stored); K-tile kt reads half of atom column kt / 2, the whole atom is copied.
+  // ---- producer (Sm90MxProducer) -------------------------------------------------------------
+  CUTLASS_HOST_DEVICE static int x_extent(int k) { return kE2m1 ? k / 2 : k; }
+  CUTLASS_HOST_DEVICE static int y_extent(int k) { return padded_k(k); }
+  // The tile's 128-row scale band (clamped for a tail CTA past the grid, whose results are never
+  // stored); K-tile kt reads half of atom column kt / 2, the whole atom is copied.
+  template <class MCoord, class NCoord>
+  CUTLASS_DEVICE static auto scale_copies(Params const& params, TensorStorage& shared, MCoord m_coord, NCoord) {
     int const band = max(min(int(m_coord) * kTileM / mx_detail::kAtomRows, params.bands_x - 1), 0);
     uint8_t const* sfx = params.sf_x + int64_t(band) * params.atom_cols * mx_detail::kAtomBytes;
-
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
-      pipeline.producer_acquire(smem_pipe_write);
-      auto* bar = pipeline.producer_get_barrier(smem_pipe_write);
-      int const stage = smem_pipe_write.index();
-      int const kt = *k_tile_iter;
-      copy(params.tma_load_a.with(*bar, mcast_a), tAgA(_, _, _, kt), tAsA(_, _, _, stage));
-      copy(params.tma_load_b.with(*bar, mcast_b), tBgB(_, _, _, kt), tBsB(_, _, _, stage));
-      SM90_BULK_COPY_G2S::copy(sfx + int64_t(kt / 2) * mx_detail::kAtomBytes, bar, shared.sf_x[stage],
-                               mx_detail::kAtomBytes);
-      ++k_tile_iter;
-      ++smem_pipe_write;
-    }
-  }
-
-  CUTLASS_DEVICE void load_tail(MainloopPipeline pipeline, PipelineState smem_pipe_write) {
-    if (cute::elect_one_sync()) pipeline.producer_tail(smem_pipe_write);
+    return [=, &shared](auto* bar, int stage, int kt) {
+      cute::SM90_BULK_COPY_G2S::copy(sfx + int64_t(kt / 2) * mx_detail::kAtomBytes, bar, shared.sf_x[stage],
+                                     mx_detail::kAtomBytes);
+    };
   }
 
   // ---- consumer ------------------------------------------------------------------------------
@@ -303,15 +229,11 @@ struct Sm90MxBf16Mma {
     static_assert(is_rmem<FrgTensorC>::value, "C tensor must be rmem resident.");
     Tensor sB = make_tensor(make_smem_ptr(shared.smem_B.data()), SmemLayoutB{});
     TiledMma tiled_mma;
-    int const wg = __shfl_sync(0xFFFFFFFF, thread_idx / 128, 0);
-    auto wg_mma = tiled_mma.get_slice(wg * 128);
+    auto wg_mma = mx_detail::warpgroup_slice(tiled_mma, thread_idx);
     Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));  // (MMA, MMA_N, MMA_K, PIPE)
     auto thread_mma = tiled_mma.get_slice(thread_idx);
-    auto a_fragment = [&]() {
-      auto dummy = make_tensor(make_smem_ptr(static_cast<ElementA*>(nullptr)),
-                               tile_to_shape(GMMA::Layout_K_SW128_Atom<ElementA>{},
-                                             make_shape(Int<kTileM>{}, Int<bf16_route::kTileK>{})));
-      return thread_mma.partition_fragment_A(dummy);  // (MMA, MMA_M = 1, MMA_K = 4) registers
+    auto a_fragment = [&]() {  // (MMA, MMA_M = 1, MMA_K = 4) registers
+      return mx_detail::register_fragment_a<ElementA, kTileM, bf16_route::kTileK>(thread_mma);
     };
     auto fa0 = a_fragment();
     auto fa1 = a_fragment();

@@ -55,6 +55,8 @@
 #include "cutlass/pipeline/pipeline.hpp"
 
 #include "persistent_gemm/collective/mx_block_scales.hpp"
+#include "persistent_gemm/collective/sm90_mx_tma_operands.hpp"
+#include "persistent_gemm/collective/sm90_mx_wgmma.hpp"
 
 namespace persistent_gemm::collective {
 
@@ -83,7 +85,9 @@ struct PromotePerKTile {};
 
 template <class OperandX_, class TileShape_, class ClusterShape_, int Stages_, bool Cooperative_,
           class Promotion_ = PromotePerBlock>
-struct Sm90MxBlockScaledMma {
+struct Sm90MxBlockScaledMma
+    : mx_detail::Sm90MxProducer<
+          Sm90MxBlockScaledMma<OperandX_, TileShape_, ClusterShape_, Stages_, Cooperative_, Promotion_>> {
   using OperandX = OperandX_;
   using Promotion = Promotion_;
   using TileShape = TileShape_;
@@ -174,26 +178,9 @@ struct Sm90MxBlockScaledMma {
       uint32_t(kTileM * kXBytesPerRow + kTileN * mx_detail::kTileK) + kScaleBytes;
 
   // ---- TMA -------------------------------------------------------------------------------------
-  using GmemCopyX = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
-      cute::size<1>(ClusterShape{})));
-  using GmemCopyY = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(
-      cute::size<0>(ClusterShape{})));
-  using TileShapeX = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kXBytesPerRow>>;
-
-  template <class Ptr>
-  static auto make_tma_x(Ptr ptr, int rows, int k_bytes, int64_t ld) {
-    auto t = cute::make_tensor(ptr, cute::make_layout(cute::make_shape(rows, k_bytes, 1), StrideA{ld, cute::_1{}, 0}));
-    return cute::make_tma_copy_A_sm90(GmemCopyX{}, t, SmemLayoutA{}(cute::_, cute::_, cute::Int<0>{}), TileShapeX{},
-                                      ClusterShape{});
-  }
-  template <class Ptr>
-  static auto make_tma_y(Ptr ptr, int rows, int k, int64_t ld) {
-    auto t = cute::make_tensor(ptr, cute::make_layout(cute::make_shape(rows, k, 1), StrideB{ld, cute::_1{}, 0}));
-    return cute::make_tma_copy_B_sm90(GmemCopyY{}, t, SmemLayoutB{}(cute::_, cute::_, cute::Int<0>{}), TileShape{},
-                                      ClusterShape{});
-  }
-  using TmaX = decltype(make_tma_x(static_cast<ElementXStorage const*>(nullptr), 1, 1, 1));
-  using TmaY = decltype(make_tma_y(static_cast<ElementB const*>(nullptr), 1, 1, 1));
+  using TmaOperands = mx_detail::Sm90MxTmaOperands<ClusterShape, TileShape, kXBytesPerRow, SmemLayoutA, SmemLayoutB, StrideA>;
+  using TmaX = decltype(TmaOperands::make_tma_x(static_cast<ElementXStorage const*>(nullptr), 1, 1, 1));
+  using TmaY = decltype(TmaOperands::make_tma_y(static_cast<ElementB const*>(nullptr), 1, 1, 1));
 
   // ---- host interface --------------------------------------------------------------------------
   struct Arguments {
@@ -216,98 +203,34 @@ struct Sm90MxBlockScaledMma {
     int32_t k_blocks = 1;              // ceil(K / 32): blocks past it are padding
   };
 
-  template <class ProblemShape>
-  static Params to_underlying_arguments(ProblemShape const& problem, Arguments const& args, void*) {
-    auto const [m, n, k, l] = problem;
-    (void)l;
-    int const x_k = kRegisterX ? k / 2 : k;
-    Params p{make_tma_x(static_cast<ElementXStorage const*>(args.ptr_x), m, x_k, args.ld_x),
-             make_tma_y(static_cast<ElementB const*>(args.ptr_y), n, k, args.ld_y)};
-    p.sf_x = args.sf_x;
+  static void set_scale_params(Params& p, Arguments const& args, int n, int k) {
     p.sf_y = args.sf_y;
-    p.bands_x = (m + 127) / 128;
     p.bands_y = (n + 127) / 128;
     p.k_tiles = (k + mx_detail::kTileK - 1) / mx_detail::kTileK;
-    p.k_blocks = (k + mx_detail::kBlockK - 1) / mx_detail::kBlockK;
-    return p;
   }
 
-  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
-    cute::prefetch_tma_descriptor(params.tma_load_a.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_load_b.get_tma_descriptor());
-  }
-
-  // (BLK_M, BLK_K, m, k, l) and (BLK_N, BLK_K, n, k, l): the kernel counts K-tiles from the first.
-  template <class ProblemShapeMNKL>
-  CUTLASS_DEVICE auto load_init(ProblemShapeMNKL const& problem, Params const& params) const {
-    using namespace cute;
-    auto [M, N, K, L] = problem;
-    int const x_k = kRegisterX ? K / 2 : K;
-    Tensor mA = params.tma_load_a.get_tma_tensor(make_shape(M, x_k, L));
-    Tensor mB = params.tma_load_b.get_tma_tensor(make_shape(N, K, L));
-    Tensor gA = local_tile(mA, TileShapeX{}, make_coord(_, _, _), Step<_1, X, _1>{});
-    Tensor gB = local_tile(mB, TileShape{}, make_coord(_, _, _), Step<X, _1, _1>{});
-    return make_tuple(gA, gB);
-  }
-
-  // ---- producer ------------------------------------------------------------------------------
-  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
-  CUTLASS_DEVICE void load(Params const& params, MainloopPipeline pipeline, PipelineState smem_pipe_write,
-                           cute::tuple<TensorA, TensorB> const& load_inputs, BlockCoord const& blk_coord,
-                           KTileIterator k_tile_iter, int k_tile_count, int /*lane*/, uint32_t block_rank_in_cluster,
-                           TensorStorage& shared) {
-    using namespace cute;
-    if (!cute::elect_one_sync()) return;
-    Tensor sA = make_tensor(make_smem_ptr(shared.smem_A.data()), SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(shared.smem_B.data()), SmemLayoutB{});
-    constexpr uint32_t cluster_x = size<0>(ClusterShape{});
-    uint2 const cta = {block_rank_in_cluster % cluster_x, block_rank_in_cluster / cluster_x};
-    auto block_tma_a = params.tma_load_a.get_slice(cta.y);
-    auto block_tma_b = params.tma_load_b.get_slice(cta.x);
-    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
-    Tensor tAgA = block_tma_a.partition_S(get<0>(load_inputs)(_, _, m_coord, _, l_coord));
-    Tensor tAsA = block_tma_a.partition_D(sA);
-    Tensor tBgB = block_tma_b.partition_S(get<1>(load_inputs)(_, _, n_coord, _, l_coord));
-    Tensor tBsB = block_tma_b.partition_D(sB);
-
-    uint16_t mcast_a = 0, mcast_b = 0;
-    auto block_layout = Layout<ClusterShape>{};
-    if constexpr (std::is_same_v<GmemCopyX, SM90_TMA_LOAD_MULTICAST>)
-      for (int n = 0; n < size<1>(block_layout); ++n) mcast_a |= uint16_t(1) << block_layout(cta.x, n, Int<0>{});
-    if constexpr (std::is_same_v<GmemCopyY, SM90_TMA_LOAD_MULTICAST>)
-      for (int m = 0; m < size<0>(block_layout); ++m) mcast_b |= uint16_t(1) << block_layout(m, cta.y, Int<0>{});
-
-    // The scale atoms of this tile: its 128-row band (clamped for a tail CTA past the grid, whose
-    // results are never stored), then one atom per K-tile.
+  // ---- producer (Sm90MxProducer) -------------------------------------------------------------
+  CUTLASS_HOST_DEVICE static int x_extent(int k) { return kRegisterX ? k / 2 : k; }
+  CUTLASS_HOST_DEVICE static int y_extent(int k) { return k; }
+  // The scale atoms of this tile: its 128-row bands (clamped for a tail CTA past the grid, whose
+  // results are never stored), then one atom per K-tile.
+  template <class MCoord, class NCoord>
+  CUTLASS_DEVICE static auto scale_copies(Params const& params, TensorStorage& shared, MCoord m_coord, NCoord n_coord) {
     int const band_x = min(int(m_coord) * kTileM / mx_detail::kAtomRows, params.bands_x - kAtomsX);
     int const band_y = min(int(n_coord) * kTileN / mx_detail::kAtomRows, params.bands_y - kAtomsY);
     uint8_t const* sfx = params.sf_x + int64_t(max(band_x, 0)) * params.k_tiles * mx_detail::kAtomBytes;
     uint8_t const* sfy = params.sf_y + int64_t(max(band_y, 0)) * params.k_tiles * mx_detail::kAtomBytes;
     int64_t const band_stride = int64_t(params.k_tiles) * mx_detail::kAtomBytes;
-
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile_count > 0; --k_tile_count) {
-      pipeline.producer_acquire(smem_pipe_write);
-      auto* bar = pipeline.producer_get_barrier(smem_pipe_write);
-      int const stage = smem_pipe_write.index();
-      int const kt = *k_tile_iter;
-      copy(params.tma_load_a.with(*bar, mcast_a), tAgA(_, _, _, kt), tAsA(_, _, _, stage));
-      copy(params.tma_load_b.with(*bar, mcast_b), tBgB(_, _, _, kt), tBsB(_, _, _, stage));
+    return [=, &shared](auto* bar, int stage, int kt) {
       CUTLASS_PRAGMA_UNROLL
       for (int a = 0; a < kAtomsX; ++a)
-        SM90_BULK_COPY_G2S::copy(sfx + a * band_stride + int64_t(kt) * mx_detail::kAtomBytes, bar,
-                                 shared.sf_x[stage] + a * mx_detail::kAtomBytes, mx_detail::kAtomBytes);
+        cute::SM90_BULK_COPY_G2S::copy(sfx + a * band_stride + int64_t(kt) * mx_detail::kAtomBytes, bar,
+                                       shared.sf_x[stage] + a * mx_detail::kAtomBytes, mx_detail::kAtomBytes);
       CUTLASS_PRAGMA_UNROLL
       for (int a = 0; a < kAtomsY; ++a)
-        SM90_BULK_COPY_G2S::copy(sfy + a * band_stride + int64_t(kt) * mx_detail::kAtomBytes, bar,
-                                 shared.sf_y[stage] + a * mx_detail::kAtomBytes, mx_detail::kAtomBytes);
-      ++k_tile_iter;
-      ++smem_pipe_write;
-    }
-  }
-
-  CUTLASS_DEVICE void load_tail(MainloopPipeline pipeline, PipelineState smem_pipe_write) {
-    if (cute::elect_one_sync()) pipeline.producer_tail(smem_pipe_write);
+        cute::SM90_BULK_COPY_G2S::copy(sfy + a * band_stride + int64_t(kt) * mx_detail::kAtomBytes, bar,
+                                       shared.sf_y[stage] + a * mx_detail::kAtomBytes, mx_detail::kAtomBytes);
+    };
   }
 
   // ---- consumer ------------------------------------------------------------------------------

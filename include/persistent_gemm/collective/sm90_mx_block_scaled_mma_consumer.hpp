@@ -119,17 +119,13 @@ CUTLASS_DEVICE void Sm90MxBlockScaledMma<OperandX_, TileShape_, ClusterShape_, S
   Tensor sA = make_tensor(make_smem_ptr(shared.smem_A.data()), SmemLayoutA{});
   Tensor sB = make_tensor(make_smem_ptr(shared.smem_B.data()), SmemLayoutB{});
   TiledMma tiled_mma;
-  int const wg = __shfl_sync(0xFFFFFFFF, thread_idx / 128, 0);
-  auto wg_mma = tiled_mma.get_slice(wg * 128);
+  auto wg_mma = mx_detail::warpgroup_slice(tiled_mma, thread_idx);
   Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));  // (MMA, MMA_N, MMA_K, PIPE)
   auto thread_mma = tiled_mma.get_slice(thread_idx);
   // The X operand: smem descriptors (SS), or a register fragment filled per block (RS).
   auto x_fragment = [&]() {
     if constexpr (kRegisterX) {
-      auto dummy = make_tensor(make_smem_ptr(static_cast<ElementA*>(nullptr)),
-                               tile_to_shape(GMMA::Layout_K_SW128_Atom<ElementA>{},
-                                             make_shape(Int<kTileM>{}, Int<mx_detail::kTileK>{})));
-      return thread_mma.partition_fragment_A(dummy);  // (MMA, MMA_M, MMA_K) registers
+      return mx_detail::register_fragment_a<ElementA, kTileM, mx_detail::kTileK>(thread_mma);
     } else {
       return wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K, PIPE)
     }

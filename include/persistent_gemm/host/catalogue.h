@@ -31,16 +31,23 @@ struct KnownArch {
 };
 std::vector<KnownArch> const& known_archs();
 
-// Walks the clock exactly as a worker does: initial id w, then +W per step (then a stream-K tail).
+// A scheduler's Params for a problem and a worker cap: what the host order below and the
+// device walk (device_schedule.cuh) both start from, so they schedule the same problem.
 template <class Scheduler>
-std::vector<int32_t> schedule_order(int m, int n, int l, int k_tiles, int workers) {
+typename Scheduler::Params schedule_params(int m, int n, int l, int k_tiles, int workers, int sm_count) {
   typename Scheduler::Arguments args;
   args.m = m;
   args.n = n;
   args.l = l;
   args.k_tiles = k_tiles;
   args.max_workers = workers;
-  auto const p = Scheduler::to_underlying_arguments(args, /*sm_count=*/workers);
+  return Scheduler::to_underlying_arguments(args, sm_count);
+}
+
+// Walks the clock exactly as a worker does: initial id w, then +W per step (then a stream-K tail).
+template <class Scheduler>
+std::vector<int32_t> schedule_order(int m, int n, int l, int k_tiles, int workers) {
+  auto const p = schedule_params<Scheduler>(m, n, l, k_tiles, workers, /*sm_count=*/workers);
   std::vector<int32_t> rows;
   rows.reserve(size_t(p.num_ids) * kOrderColumns);
   for (int w = 0; w < workers; ++w) {

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "persistent_gemm/host/arch_module.h"  // kDeviceWalkColumns
+#include "persistent_gemm/host/catalogue.h"    // schedule_params
 #include "persistent_gemm/scheduler/tile_scheduler.hpp"
 
 namespace persistent_gemm::host {
@@ -35,13 +36,7 @@ __global__ void device_schedule_kernel(typename Scheduler::Params params, int st
 template <class Scheduler>
 cudaError_t launch_device_schedule(int m, int n, int l, int k_tiles, int workers, int sm_count, int32_t* out,
                                    cudaStream_t stream) {
-  typename Scheduler::Arguments args;
-  args.m = m;
-  args.n = n;
-  args.l = l;
-  args.k_tiles = k_tiles;
-  args.max_workers = workers;
-  auto const p = Scheduler::to_underlying_arguments(args, sm_count);
+  auto const p = schedule_params<Scheduler>(m, n, l, k_tiles, workers, sm_count);
   // Launch all W workers, idle ones included, so the layout of `out` does not depend on
   // launched_workers(); a plain grid suffices: the walk needs blockIdx, not cluster hardware.
   dim3 grid(Scheduler::ClusterM, Scheduler::ClusterN * workers, 1);

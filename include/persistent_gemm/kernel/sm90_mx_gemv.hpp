@@ -124,29 +124,24 @@ CUTLASS_DEVICE void wait_prerequisites() {
 #endif
 }
 
-// D(16x8) = A(16x16 f16) . B(16x8 f16) + C, fp32.
-CUTLASS_DEVICE void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                            uint32_t b1, float const (&c)[4]) {
+// D(16x8) = A(16x16) . B(16x8) + C, fp32, A and B f16 (kBf16 false) or bf16 (true): one asm
+// statement for both, the macro spelling in the PTX type.
+#define PGEMM_GEMV_MMA_M16N8K16(T)                                                                   \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+               "{%8,%9}, {%10,%11,%12,%13};"                                                          \
+               : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                       \
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]))
+template <bool kBf16>
+CUTLASS_DEVICE void mma_16bit(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                              uint32_t b1, float const (&c)[4]) {
 #ifdef PGEMM_GEMV_DEVICE
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%11,%12,%13};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+  if constexpr (kBf16)
+    PGEMM_GEMV_MMA_M16N8K16("bf16");
+  else
+    PGEMM_GEMV_MMA_M16N8K16("f16");
 #endif
 }
-
-// D(16x8) = A(16x16 bf16) . B(16x8 bf16) + C, fp32.
-CUTLASS_DEVICE void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                             uint32_t b1, float const (&c)[4]) {
-#ifdef PGEMM_GEMV_DEVICE
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%11,%12,%13};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-#endif
-}
+#undef PGEMM_GEMV_MMA_M16N8K16
 
 // bf16x2 times 2^e (both halves), exactly where the product is a bf16: the bit placements of
 // mx_detail (e2m1 x 2^-126, e4m3 x 2^-120) brought back to the values, subnormal 0.5 x 2^-126

@@ -280,8 +280,8 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
         uint32_t const x15 = __byte_perm(x.x, x.z, 0x7632), x04 = __byte_perm(x.x, x.z, 0x5410);
         float const zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         float temp[4];
-        gemv_detail::mma_bf16(temp, ab[0], ab[1], ab[2], ab[3], x37, x26, zero);
-        gemv_detail::mma_bf16(temp, ab[4], ab[5], ab[6], ab[7], x15, x04, temp);
+        gemv_detail::mma_16bit</*kBf16=*/true>(temp, ab[0], ab[1], ab[2], ab[3], x37, x26, zero);
+        gemv_detail::mma_16bit</*kBf16=*/true>(temp, ab[4], ab[5], ab[6], ab[7], x15, x04, temp);
         acc[j][0] = fmaf(temp[0], sw0, acc[j][0]);
         acc[j][1] = fmaf(temp[1], sw0, acc[j][1]);
         acc[j][2] = fmaf(temp[2], sw1, acc[j][2]);
@@ -329,8 +329,8 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
           // Two k16 f16 mmas: slots (2t, 2t+1 | 2t+8, 2t+9) hold K pairs (0 | 1), then (2 | 3).
           uint4 const x = *reinterpret_cast<uint4 const*>(x16 + (8 * j + g) * kX16Row + (b * 32 + t * 8) * 2);
           float const zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          gemv_detail::mma_f16(temp, ah[0], ah[1], ah[2], ah[3], x.x, x.y, zero);
-          gemv_detail::mma_f16(temp, ah[4], ah[5], ah[6], ah[7], x.z, x.w, temp);
+          gemv_detail::mma_16bit</*kBf16=*/false>(temp, ah[0], ah[1], ah[2], ah[3], x.x, x.y, zero);
+          gemv_detail::mma_16bit</*kBf16=*/false>(temp, ah[4], ah[5], ah[6], ah[7], x.z, x.w, temp);
         } else {
           uint2 const x = *reinterpret_cast<uint2 const*>(st + kWBytes + swz(8 * j + g, b * 32 + t * 8, kXBox));
           gemv_detail::mma_e4m3(temp, a, x.x, x.y);
