@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import persistent_gemm as pg
-from persistent_gemm import catalogue, codegen
+from persistent_gemm import archs, catalogue, codegen
 from persistent_gemm.catalogue import CATALOGUE, MX_DTYPES, WEIGHT_ONLY_DTYPES, ConfigError, KernelConfig
 
 
@@ -69,7 +69,9 @@ def test_register_budget_mirrors_the_cpp_static_assert():
     from pathlib import Path
     hpp = (Path(catalogue.__file__).parents[2] / "include" / "persistent_gemm" / "kernel" /
            "sm90_gemm_builder.hpp").read_text()
-    assert f"kAccumulatorRegisterBudget = {catalogue.SM90_ACCUMULATOR_REGISTER_BUDGET};" in hpp
+    # The builder reads archs.py's limit from the generated header (test_archs checks its values).
+    assert "kAccumulatorRegisterBudget = arch_limits::sm90a::kAccumulatorRegisterBudget;" in hpp
+    assert catalogue.SM90_ACCUMULATOR_REGISTER_BUDGET == archs.ARCHS["sm90a"].limits.accumulator_register_budget
 
 
 # -- lowering -------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@
 #include "cute/atom/mma_atom.hpp"
 #include "cute/tensor.hpp"
 
+#include "persistent_gemm/generated/arch_limits.hpp"
 #include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
 #include "persistent_gemm/scheduler/tile_scheduler.hpp"
 
@@ -191,7 +192,10 @@ class Sm100GemmPersistent {
     } tensors;
   };
   static constexpr int SharedStorageSize = sizeof(SharedStorage);
-  static_assert(SharedStorageSize <= cutlass::arch::sm100_smem_capacity_bytes, "smem over capacity");
+  static_assert(arch_limits::sm100a::kSmemBytes == cutlass::arch::sm100_smem_capacity_bytes,
+                "archs.py's sm100a smem_bytes is CUTLASS's SM100 capacity (its builders size stages by that)");
+  static_assert(SharedStorageSize <= arch_limits::sm100a::kSmemBytes,
+                "shared storage exceeds the 227 KB SM100 opt-in limit; lower Stages");
 
   struct Arguments {
     ProblemShape problem_shape{};

@@ -43,6 +43,7 @@
 #include "cutlass/layout/matrix.h"
 #include "cutlass/numeric_types.h"
 
+#include "persistent_gemm/generated/arch_limits.hpp"
 #include "persistent_gemm/kernel/sm100_gemm_persistent.hpp"
 #include "persistent_gemm/kernel/sm100_launch.hpp"
 #include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
@@ -64,10 +65,13 @@ struct Sm100MxGemm {
   static_assert(k2Sm || std::is_same_v<Style, Umma1Sm>, "Style must be Umma1Sm or Umma2Sm");
   static constexpr int kMmaM = cute::size<0>(MmaTileShape{});
   static constexpr int kMmaN = cute::size<1>(MmaTileShape{});
-  static_assert(cute::size<2>(MmaTileShape{}) == sm100_mx::kTileK,
+  using Limits = arch_limits::sm100a;
+  static_assert(sm100_mx::kTileK == Limits::kMxTileK && sm100_mx::kTileN == Limits::kMxTileN,
+                "sm100_tile_mapping.hpp's host rules use archs.py's MX tile");
+  static_assert(cute::size<2>(MmaTileShape{}) == Limits::kMxTileK,
                 "SM100 MX kernels need tile_k = 128 (FP4 smem containers, one scale-atom column per K tile)");
   static_assert(kMmaM == (k2Sm ? 256 : 128), "SM100 MX: MMA tile_m is 128 (1sm) or 256 (2sm)");
-  static_assert(kMmaN == sm100_mx::kTileN,
+  static_assert(kMmaN == Limits::kMxTileN,
                 "SM100 MX: tile_n must be 128 (256 forces overlapping TMEM accumulators, 64/192 per-tile SFB shifts)");
 
   // The element pairs CUTLASS's block-scaled builder keys on: data type + ue8m0 per 32 K.

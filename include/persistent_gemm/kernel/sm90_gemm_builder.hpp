@@ -37,6 +37,7 @@
 
 #include "persistent_gemm/collective/sm90_fp8_promoted_mma.hpp"
 #include "persistent_gemm/epilogue/sm90_tma_fusion.hpp"
+#include "persistent_gemm/generated/arch_limits.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
 #include "persistent_gemm/kernel/split_nonce.hpp"
@@ -59,9 +60,9 @@ template <class TileShape, bool Coop>
 constexpr int accumulator_registers() {
   return int(cute::size<0>(TileShape{}) * cute::size<1>(TileShape{})) / (Coop ? 256 : 128);
 }
-// Registers a consumer may spend on accumulators (of its 232), the rest being addressing and
-// pipeline state; mirrored by config_rules.py's rejection rules so Python refuses such a tile first.
-constexpr int kAccumulatorRegisterBudget = 192;
+// Registers a consumer may spend on accumulators: archs.py's limit, which config_rules.py's
+// rejection reads too, so Python refuses such a tile first.
+constexpr int kAccumulatorRegisterBudget = arch_limits::sm90a::kAccumulatorRegisterBudget;
 
 // tag -> selector -> CUTLASS kernel schedule of the mainloop collective. The plain schedules
 // serve 16-bit operands and, with FP8 operands, select CUTLASS's promoting FP8 collective

@@ -47,6 +47,7 @@
 #include "cutlass/pipeline/pipeline.hpp"
 
 #include "persistent_gemm/kernel/cluster_launch.hpp"
+#include "persistent_gemm/generated/arch_limits.hpp"
 #include "persistent_gemm/scheduler/tile_scheduler.hpp"
 
 namespace persistent_gemm::kernel {
@@ -148,7 +149,8 @@ class Sm90GemmPersistent {
     } pipelines;
   };
   static constexpr int SharedStorageSize = int(sizeof(SharedStorage));
-  static_assert(SharedStorageSize <= 232448, "shared storage exceeds the 227 KB SM90 opt-in limit; lower Stages");
+  static_assert(SharedStorageSize <= arch_limits::sm90a::kSmemBytes,
+                "shared storage exceeds the 227 KB SM90 opt-in limit; lower Stages");
 
   // ---- host interface ------------------------------------------------------------------------
   struct Arguments {
