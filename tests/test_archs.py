@@ -49,8 +49,8 @@ def test_codegen_writes_the_table_into_each_kernel_module(tmp_path):
         assert f'"{a.name}", {a.sm[0]}, {a.sm[1]}' in kt
         assert f"{a.sm_count}, {str(a.validated_on_hardware).lower()}}};" in kt
         assert "&gen::quantize_mxfp8" in kt
-        if "KernelStyle::" in kt.split("kEntries[] = {", 1)[1].split("{nullptr", 1)[0]:  # a built entry
-            assert f"{str(a.fused_bias).lower()}, MxRoute::" in kt
+        if "KernelStyle::" in kt.split("kEntries[] = {", 1)[1].split("{.config = nullptr", 1)[0]:  # a built entry
+            assert f".fused_bias = {str(a.fused_bias).lower()}, .route = MxRoute::" in kt
         assert f"{float(a.cost.dram_bytes_per_us)!r}" in kt and a.cost.source in kt
     ct = (tmp_path / "catalogue_table.cpp").read_text()
     for a in archs.ARCHS.values():

@@ -146,8 +146,8 @@ _SM100_MX = dict(builder="persistent_gemm::kernel::Sm100MxGemm", header="sm100_m
 # The MX decode kernel (style "gemv") writes every output dtype itself: predicated scalar stores,
 # no TMA box, so fp16 needs no cast and an unaligned N no padded D. Instantiations are small (no
 # CUTLASS collective), and one TU holds a family's gemv configs.
-GEMV_HEADER = "sm90_mx_gemv"
-GEMV_BUILDER = "persistent_gemm::kernel::Sm90MxGemv"
+GEMV_HEADER = "gemv_builder"  # Sm90MxGemv (kernel/sm90_mx_gemv.hpp) by named spec
+GEMV_BUILDER = "persistent_gemm::kernel::Sm90MxGemvBuilder"
 GEMV_VARIANTS = tuple(Variant(True, True, d, "block", False) for d in ("bf16", "fp16", "fp32"))
 
 # Weight-only MX (bf16 activations): the decode GEMV and the bf16 route (BF16_ROUTE_VARIANTS),

@@ -1,20 +1,21 @@
-// Sm100Gemm: one SM100 `mm` or `scaled_mm` variant, D(M,N) = scale * A(M,K) @ B(K,N), D
+// Sm100Gemm<Spec>: one SM100 `mm` or `scaled_mm` variant, D(M,N) = scale * A(M,K) @ B(K,N), D
 // row-major, fp32 accumulate in TMEM. Composes the CUTLASS SM100 mainloop / epilogue collectives
 // (via their builders) with our persistent kernel (sm100_gemm_persistent.hpp) and launches it.
 //
+// Spec (builder_spec.hpp) names:
 //   ElementA/B     cutlass::bfloat16_t or cutlass::half_t (mm, Scale None), or
 //                  cutlass::float_e4m3_t (scaled_mm, Scale Tensorwise / Rowwise; tcgen05
 //                  kind::f8f6f4). A and B the same.
 //   ElementD       bf16 / fp16 / fp32
-//   AKMajor        A (M,K) row-major (K contiguous); else column-major (M contiguous)
-//   BKMajor        B (K,N) column-major (K contiguous); else row-major (N contiguous)
-//   MmaTileShape   the MMA tile (MmaM, N, K): Umma1Sm MmaM in {64, 128}, Umma2Sm MmaM in {128, 256};
+//   kAKMajor       A (M,K) row-major (K contiguous); else column-major (M contiguous)
+//   kBKMajor       B (K,N) column-major (K contiguous); else row-major (N contiguous)
+//   TileShape      the MMA tile (MmaM, N, K): Umma1Sm MmaM in {64, 128}, Umma2Sm MmaM in {128, 256};
 //                  the per-CTA tile (what the scheduler counts in) is MmaM / CTAs-per-MMA.
 //   ClusterShape   cute::Shape<_cm, _cn, _1>, equal to the schedule tag's cluster
 //   ScheduleTag    persistent_gemm::scheduler::PersistentSchedule<...>
-//   Style          Umma1Sm or Umma2Sm
-//   Stages         smem pipeline depth; 0 = as many as fit after the epilogue's smem
-//   Scale          ScaleMode::None, or for e4m3 Tensorwise (scale_a[0] * scale_b[0]) / Rowwise
+//   KernelStyle    Umma1Sm or Umma2Sm
+//   kStages        smem pipeline depth; 0 = as many as fit after the epilogue's smem
+//   kScale         ScaleMode::None, or for e4m3 Tensorwise (scale_a[0] * scale_b[0]) / Rowwise
 //                  (scale_a[m] * scale_b[n]): fp32 scales applied to the fp32 accumulator in the
 //                  epilogue (an EVT of CUTLASS's SM90 broadcast nodes, which the SM100 TMA
 //                  epilogue runs as its fusion callbacks), rounded once to ElementD.
@@ -41,6 +42,7 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/layout/matrix.h"
 
+#include "persistent_gemm/kernel/builder_spec.hpp"
 #include "persistent_gemm/kernel/sm100_gemm_persistent.hpp"
 #include "persistent_gemm/kernel/sm100_launch.hpp"
 #include "persistent_gemm/registry.h"
@@ -104,9 +106,25 @@ struct ScaleFusion<ElementD, ScaleMode::Rowwise, CtaTile> {
 };
 }  // namespace sm100_detail
 
-template <class ElementA, bool AKMajor, class ElementB, bool BKMajor, class ElementD, class MmaTileShape,
-          class ClusterShape, class ScheduleTag, class Style, int Stages, ScaleMode Scale = ScaleMode::None>
+template <class Spec>
 struct Sm100Gemm {
+  PGEMM_SPEC_REQUIRE_SCHEDULE(Spec);
+  PGEMM_SPEC_REQUIRE(Spec, ElementA, "the A operand's element (cutlass::bfloat16_t, half_t or float_e4m3_t)");
+  PGEMM_SPEC_REQUIRE(Spec, ElementB, "the B operand's element (A's)");
+  PGEMM_SPEC_REQUIRE(Spec, ElementD, "D's element");
+  PGEMM_SPEC_REQUIRE(Spec, kAKMajor, "bool: A (M,K) row-major");
+  PGEMM_SPEC_REQUIRE(Spec, kBKMajor, "bool: B (K,N) column-major");
+  PGEMM_SPEC_REQUIRE(Spec, kScale, "the epilogue's ScaleMode (None for mm)");
+  using ElementA = typename Spec::ElementA;
+  using ElementB = typename Spec::ElementB;
+  using ElementD = typename Spec::ElementD;
+  using MmaTileShape = typename Spec::TileShape;
+  using ClusterShape = typename Spec::ClusterShape;
+  using ScheduleTag = typename Spec::ScheduleTag;
+  using Style = typename Spec::KernelStyle;
+  static constexpr bool AKMajor = Spec::kAKMajor, BKMajor = Spec::kBKMajor;
+  static constexpr int Stages = Spec::kStages;
+  static constexpr ScaleMode Scale = Spec::kScale;
   static_assert(std::is_same_v<ElementA, ElementB>, "A and B share a dtype");
   static constexpr bool kFp8 = std::is_same_v<ElementA, cutlass::float_e4m3_t>;
   static_assert(kFp8 || std::is_same_v<ElementA, cutlass::bfloat16_t> || std::is_same_v<ElementA, cutlass::half_t>,

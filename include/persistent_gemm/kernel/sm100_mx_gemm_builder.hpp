@@ -2,12 +2,14 @@
 //
 //   D(M,N) = (A . 2^SFA)(M,K) @ (B . 2^SFB)(K,N), fp32 accumulate in TMEM, D row-major.
 //
+// Sm100MxGemm<Spec>, Spec (builder_spec.hpp) naming:
 //   ElementB       cutlass::float_e4m3_t (mxfp8) or cutlass::float_e2m1_t (FP8 x FP4); A is e4m3
-//   MmaTileShape   the MMA tile (MmaM, N, 128): Umma1Sm MmaM = 128, Umma2Sm MmaM = 256
+//   ElementD       D's element
+//   TileShape      the MMA tile (MmaM, N, 128): Umma1Sm MmaM = 128, Umma2Sm MmaM = 256
 //   ClusterShape   cute::Shape<_cm, _cn, _1>, equal to the schedule tag's cluster
 //   ScheduleTag    persistent_gemm::scheduler::PersistentSchedule<...>
-//   Style          Umma1Sm or Umma2Sm
-//   Stages         smem pipeline depth; 0 = as many as fit after the epilogue's smem
+//   KernelStyle    Umma1Sm or Umma2Sm
+//   kStages        smem pipeline depth; 0 = as many as fit after the epilogue's smem
 //
 // The instruction is tcgen05.mma.kind::mxf8f6f4.block_scale (e4m3 x e4m3 or e4m3 x e2m1, one
 // ue8m0 per 32 K-elements on each side; UTCQMMA in SASS). Composition, as Sm100Gemm does:
@@ -44,6 +46,7 @@
 #include "cutlass/numeric_types.h"
 
 #include "persistent_gemm/generated/arch_limits.hpp"
+#include "persistent_gemm/kernel/builder_spec.hpp"
 #include "persistent_gemm/kernel/sm100_gemm_persistent.hpp"
 #include "persistent_gemm/kernel/sm100_launch.hpp"
 #include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
@@ -51,12 +54,19 @@
 
 namespace persistent_gemm::kernel {
 
-template <class ElementB_, class ElementD_, class MmaTileShape, class ClusterShape, class ScheduleTag, class Style,
-          int Stages>
+template <class Spec>
 struct Sm100MxGemm {
+  PGEMM_SPEC_REQUIRE_SCHEDULE(Spec);
+  PGEMM_SPEC_REQUIRE(Spec, ElementB, "the weight's element: float_e4m3_t or float_e2m1_t");
+  PGEMM_SPEC_REQUIRE(Spec, ElementD, "D's element");
   using ElementA = cutlass::float_e4m3_t;
-  using ElementB = ElementB_;
-  using ElementD = ElementD_;
+  using ElementB = typename Spec::ElementB;
+  using ElementD = typename Spec::ElementD;
+  using MmaTileShape = typename Spec::TileShape;
+  using ClusterShape = typename Spec::ClusterShape;
+  using ScheduleTag = typename Spec::ScheduleTag;
+  using Style = typename Spec::KernelStyle;
+  static constexpr int Stages = Spec::kStages;
   static constexpr bool kE2m1 = std::is_same_v<ElementB, cutlass::float_e2m1_t>;
   static_assert(kE2m1 || std::is_same_v<ElementB, cutlass::float_e4m3_t>, "ElementB: float_e4m3_t or float_e2m1_t");
   static_assert(Stages == 0 || Stages >= 2, "Stages: 0 (auto) or >= 2");

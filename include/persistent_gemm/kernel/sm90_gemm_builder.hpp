@@ -1,7 +1,8 @@
 // Type builder + host runner for the persistent SM90 GEMM.
 //
-//   persistent_gemm::kernel::Sm90Gemm<ElementA, AKMajor, ElementB, BKMajor, ElementD, TileShape,
-//       ClusterShape, ScheduleTag, Style, Stages, Scale, TmaStore, Accum, SwapAB>::run(GemmArgs const&, stream)
+//   persistent_gemm::kernel::Sm90Gemm<Spec>::run(GemmArgs const&, stream), Spec (builder_spec.hpp)
+//   naming ElementA, kAKMajor, ElementB, kBKMajor, ElementD, TileShape, ClusterShape, ScheduleTag,
+//   KernelStyle, kStages, kScale, kTmaStore, Accumulation and kSwapAB.
 //
 // D(M,N) = scale * A(M,K) @ B(K,N), fp32 accumulation, D row-major with leading dimension ldd.
 //   A: row-major (M,K) when AKMajor, else column-major.  B: column-major (K,N) when BKMajor,
@@ -38,6 +39,7 @@
 #include "persistent_gemm/collective/sm90_fp8_promoted_mma.hpp"
 #include "persistent_gemm/epilogue/sm90_tma_fusion.hpp"
 #include "persistent_gemm/generated/arch_limits.hpp"
+#include "persistent_gemm/kernel/builder_spec.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
 #include "persistent_gemm/kernel/split_nonce.hpp"
@@ -95,10 +97,30 @@ constexpr int kernel_carveout_bytes() {
 
 }  // namespace sm90_detail
 
-template <class ElementA, bool AKMajor, class ElementB, bool BKMajor, class ElementD, class TileShape,
-          class ClusterShape, class ScheduleTag, class Style, int Stages, persistent_gemm::ScaleMode Scale,
-          bool TmaStore, class Accum = AccumPromoted, bool SwapAB = false>
+template <class Spec>
 struct Sm90Gemm {
+  PGEMM_SPEC_REQUIRE_SCHEDULE(Spec);
+  PGEMM_SPEC_REQUIRE(Spec, ElementA, "the A operand's element (cutlass::bfloat16_t, half_t or float_e4m3_t)");
+  PGEMM_SPEC_REQUIRE(Spec, ElementB, "the B operand's element (A's width)");
+  PGEMM_SPEC_REQUIRE(Spec, ElementD, "D's element");
+  PGEMM_SPEC_REQUIRE(Spec, kAKMajor, "bool: A (M,K) row-major");
+  PGEMM_SPEC_REQUIRE(Spec, kBKMajor, "bool: B (K,N) column-major");
+  PGEMM_SPEC_REQUIRE(Spec, kScale, "the epilogue's ScaleMode");
+  PGEMM_SPEC_REQUIRE(Spec, kTmaStore, "bool: TMA-store epilogue, else predicated stores");
+  PGEMM_SPEC_REQUIRE(Spec, Accumulation, "AccumPromoted or AccumFast");
+  PGEMM_SPEC_REQUIRE(Spec, kSwapAB, "bool: the weight as A, D written transposed");
+  using ElementA = typename Spec::ElementA;
+  using ElementB = typename Spec::ElementB;
+  using ElementD = typename Spec::ElementD;
+  using TileShape = typename Spec::TileShape;
+  using ClusterShape = typename Spec::ClusterShape;
+  using ScheduleTag = typename Spec::ScheduleTag;
+  using Style = typename Spec::KernelStyle;
+  using Accum = typename Spec::Accumulation;
+  static constexpr bool AKMajor = Spec::kAKMajor, BKMajor = Spec::kBKMajor;
+  static constexpr bool TmaStore = Spec::kTmaStore, SwapAB = Spec::kSwapAB;
+  static constexpr int Stages = Spec::kStages;
+  static constexpr persistent_gemm::ScaleMode Scale = Spec::kScale;
   static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static constexpr bool kFp8 = cutlass::sizeof_bits<ElementA>::value == 8;
   static_assert(cutlass::sizeof_bits<ElementA>::value == cutlass::sizeof_bits<ElementB>::value,

@@ -1,7 +1,7 @@
 // Type builder + host runner for the SM90 MX (block-scaled) GEMMs: mxfp8_mm and fp8_fp4_mm.
 //
-//   persistent_gemm::kernel::Sm90MxGemm<OperandX, ElementD, TileShape, ClusterShape, ScheduleTag,
-//       Style, Stages, SwapAB>::run(GemmArgs const&, stream)
+//   persistent_gemm::kernel::Sm90MxGemm<Spec>::run(GemmArgs const&, stream), Spec (builder_spec.hpp)
+//   naming OperandX, ElementD, TileShape, ClusterShape, ScheduleTag, KernelStyle, kStages and kSwapAB.
 //
 // The kernel computes C(M', N') = X(M', K) . Y(N', K)^T with 1x32 e8m0 scales on both operands
 // (collective/sm90_mx_block_scaled_mma.hpp), K contiguous in both; GemmArgs' a/b are X/Y and
@@ -27,6 +27,7 @@
 #include "persistent_gemm/collective/sm90_mx_block_scaled_mma.hpp"
 #include "persistent_gemm/epilogue/sm90_predicated_epilogue.hpp"
 #include "persistent_gemm/generated/arch_limits.hpp"
+#include "persistent_gemm/kernel/builder_spec.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
 #include "persistent_gemm/registry.h"
@@ -62,9 +63,20 @@ constexpr int auto_stages() {
 
 }  // namespace sm90_mx_detail
 
-template <class OperandX, class ElementD, class TileShape, class ClusterShape, class ScheduleTag, class Style,
-          int Stages, bool SwapAB>
+template <class Spec>
 struct Sm90MxGemm {
+  PGEMM_SPEC_REQUIRE_SCHEDULE(Spec);
+  PGEMM_SPEC_REQUIRE(Spec, OperandX, "the MMA's A side: MxOperandE4m3, MxOperandE2m1 or MxOperandE2m1Fold");
+  PGEMM_SPEC_REQUIRE(Spec, ElementD, "D's element");
+  PGEMM_SPEC_REQUIRE(Spec, kSwapAB, "bool: X is the weight, D written transposed");
+  using OperandX = typename Spec::OperandX;
+  using ElementD = typename Spec::ElementD;
+  using TileShape = typename Spec::TileShape;
+  using ClusterShape = typename Spec::ClusterShape;
+  using ScheduleTag = typename Spec::ScheduleTag;
+  using Style = typename Spec::KernelStyle;
+  static constexpr int Stages = Spec::kStages;
+  static constexpr bool SwapAB = Spec::kSwapAB;
   static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static constexpr bool kE2m1 = std::is_same_v<OperandX, collective::MxOperandE2m1> ||
                                 std::is_same_v<OperandX, collective::MxOperandE2m1Fold>;
