@@ -59,7 +59,34 @@ constexpr bool has_schedule = has_TileShape<S>::value && has_ClusterShape<S>::va
 
 #define PGEMM_SPEC_REQUIRE(Spec, Name, what) \
   static_assert(::persistent_gemm::kernel::spec::has_##Name<Spec>::value, "the builder's Spec has no " #Name ": " what)
-#define PGEMM_SPEC_REQUIRE_SCHEDULE(Spec)                                                                     \
+
+// Members a builder declares from its Spec, under the names its body uses: a macro, because a
+// dependent base's members are not found by unqualified lookup in the builder's body.
+// The schedule and pipeline members every builder but the GEMV reads:
+#define PGEMM_SPEC_SCHEDULE_MEMBERS(Spec)                                                                     \
   static_assert(::persistent_gemm::kernel::spec::has_schedule<Spec>,                                          \
                 "the builder's Spec needs TileShape, ClusterShape, ScheduleTag, KernelStyle and kStages (the " \
-                "schedule and pipeline members codegen writes for every kernel)")
+                "schedule and pipeline members codegen writes for every kernel)");                            \
+  using TileShape = typename Spec::TileShape;                                                                 \
+  using ClusterShape = typename Spec::ClusterShape;                                                           \
+  using ScheduleTag = typename Spec::ScheduleTag;                                                             \
+  using Style = typename Spec::KernelStyle;                                                                   \
+  static constexpr int Stages = Spec::kStages
+// The operands of the dense builders (Sm90Gemm, Sm100Gemm):
+#define PGEMM_SPEC_OPERAND_MEMBERS(Spec)                                                               \
+  PGEMM_SPEC_REQUIRE(Spec, ElementA, "the A operand's element (cutlass::bfloat16_t, half_t or float_e4m3_t)"); \
+  PGEMM_SPEC_REQUIRE(Spec, ElementB, "the B operand's element");                                       \
+  PGEMM_SPEC_REQUIRE(Spec, kAKMajor, "bool: A (M,K) row-major");                                       \
+  PGEMM_SPEC_REQUIRE(Spec, kBKMajor, "bool: B (K,N) column-major");                                    \
+  using ElementA = typename Spec::ElementA;                                                            \
+  using ElementB = typename Spec::ElementB;                                                            \
+  static constexpr bool AKMajor = Spec::kAKMajor, BKMajor = Spec::kBKMajor
+// The SM90 MX builders' X operand (Sm90MxGemm, Sm90MxBf16Gemm) and their consumer layout:
+#define PGEMM_SPEC_SM90_MX_MEMBERS(Spec, x_what)                          \
+  PGEMM_SPEC_REQUIRE(Spec, OperandX, x_what);                             \
+  using OperandX = typename Spec::OperandX;                               \
+  static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>
+// D's element, which every builder reads:
+#define PGEMM_SPEC_OUTPUT_MEMBERS(Spec)             \
+  PGEMM_SPEC_REQUIRE(Spec, ElementD, "D's element"); \
+  using ElementD = typename Spec::ElementD

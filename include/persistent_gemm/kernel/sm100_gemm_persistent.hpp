@@ -65,6 +65,7 @@
 #include "cute/tensor.hpp"
 
 #include "persistent_gemm/generated/arch_limits.hpp"
+#include "persistent_gemm/kernel/persistent_kernel_types.hpp"
 #include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
 #include "persistent_gemm/scheduler/tile_scheduler.hpp"
 
@@ -95,19 +96,12 @@ CUTLASS_DEVICE void tcgen05_after_thread_sync() {
 template <class CollectiveMainloop_, class CollectiveEpilogue_, class ScheduleTag_, class Style_>
 class Sm100GemmPersistent {
  public:
-  using CollectiveMainloop = CollectiveMainloop_;
-  using CollectiveEpilogue = CollectiveEpilogue_;
-  using ScheduleTag = ScheduleTag_;
+  PGEMM_PERSISTENT_KERNEL_TYPES(CollectiveMainloop_, CollectiveEpilogue_, ScheduleTag_, Style_);
+  // TileShape is the MMA tile (MmaM, N, K); CtaShape_MNK below the per-CTA tile.
   static_assert(ScheduleTag::SplitK == 1,
                 "split-K schedules are walked by the scheduler but this kernel does not reduce K ranges yet "
                 "(KernelConfig.kernel_rejection says the same)");
-  using Style = Style_;
 
-  // (M, N, K, L), L = batch.
-  using ProblemShape = cute::Shape<int, int, int, int>;
-
-  using TileShape = typename CollectiveMainloop::TileShape;  // the MMA tile (MmaM, N, K)
-  using TiledMma = typename CollectiveMainloop::TiledMma;
   using ArchTag = typename CollectiveMainloop::ArchTag;
   using DispatchPolicy = typename CollectiveMainloop::DispatchPolicy;
   using ClusterShape = typename DispatchPolicy::ClusterShape;

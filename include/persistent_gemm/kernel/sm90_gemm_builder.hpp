@@ -39,6 +39,7 @@
 #include "persistent_gemm/collective/sm90_fp8_promoted_mma.hpp"
 #include "persistent_gemm/epilogue/sm90_tma_fusion.hpp"
 #include "persistent_gemm/generated/arch_limits.hpp"
+#include "persistent_gemm/kernel/builder_common.hpp"
 #include "persistent_gemm/kernel/builder_spec.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
@@ -66,26 +67,19 @@ constexpr int accumulator_registers() {
 // rejection reads too, so Python refuses such a tile first.
 constexpr int kAccumulatorRegisterBudget = arch_limits::sm90a::kAccumulatorRegisterBudget;
 
-// tag -> selector -> CUTLASS kernel schedule of the mainloop collective. The plain schedules
-// serve 16-bit operands and, with FP8 operands, select CUTLASS's promoting FP8 collective
-// (which Sm90Gemm then wraps); the FastAccum ones exist for FP8 only (asserted in Sm90Gemm).
+// tag -> selector -> CUTLASS kernel schedule of the mainloop collective, one per (style,
+// accumulation). The plain schedules serve 16-bit operands and, with FP8 operands, select
+// CUTLASS's promoting FP8 collective (which Sm90Gemm then wraps); the FastAccum ones exist for
+// FP8 only (asserted in Sm90Gemm).
 template <class Style, class Accum>
-struct MainloopSelector;
-template <>
-struct MainloopSelector<Cooperative, AccumPromoted> {
-  using type = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-};
-template <>
-struct MainloopSelector<PingPong, AccumPromoted> {
-  using type = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-};
-template <>
-struct MainloopSelector<Cooperative, AccumFast> {
-  using type = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
-};
-template <>
-struct MainloopSelector<PingPong, AccumFast> {
-  using type = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum;
+struct MainloopSelector {
+  template <class Coop, class PingPong_>
+  using ByStyle = std::conditional_t<std::is_same_v<Style, Cooperative>, Coop, PingPong_>;
+  using type = std::conditional_t<
+      std::is_same_v<Accum, AccumFast>,
+      ByStyle<cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
+              cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum>,
+      ByStyle<cutlass::gemm::KernelTmaWarpSpecializedCooperative, cutlass::gemm::KernelTmaWarpSpecializedPingpong>>;
 };
 
 // Shared memory the kernel needs besides the mainloop ring: the epilogue's buffers and
@@ -99,27 +93,15 @@ constexpr int kernel_carveout_bytes() {
 
 template <class Spec>
 struct Sm90Gemm {
-  PGEMM_SPEC_REQUIRE_SCHEDULE(Spec);
-  PGEMM_SPEC_REQUIRE(Spec, ElementA, "the A operand's element (cutlass::bfloat16_t, half_t or float_e4m3_t)");
-  PGEMM_SPEC_REQUIRE(Spec, ElementB, "the B operand's element (A's width)");
-  PGEMM_SPEC_REQUIRE(Spec, ElementD, "D's element");
-  PGEMM_SPEC_REQUIRE(Spec, kAKMajor, "bool: A (M,K) row-major");
-  PGEMM_SPEC_REQUIRE(Spec, kBKMajor, "bool: B (K,N) column-major");
+  PGEMM_SPEC_SCHEDULE_MEMBERS(Spec);
+  PGEMM_SPEC_OPERAND_MEMBERS(Spec);
+  PGEMM_SPEC_OUTPUT_MEMBERS(Spec);
   PGEMM_SPEC_REQUIRE(Spec, kScale, "the epilogue's ScaleMode");
   PGEMM_SPEC_REQUIRE(Spec, kTmaStore, "bool: TMA-store epilogue, else predicated stores");
   PGEMM_SPEC_REQUIRE(Spec, Accumulation, "AccumPromoted or AccumFast");
   PGEMM_SPEC_REQUIRE(Spec, kSwapAB, "bool: the weight as A, D written transposed");
-  using ElementA = typename Spec::ElementA;
-  using ElementB = typename Spec::ElementB;
-  using ElementD = typename Spec::ElementD;
-  using TileShape = typename Spec::TileShape;
-  using ClusterShape = typename Spec::ClusterShape;
-  using ScheduleTag = typename Spec::ScheduleTag;
-  using Style = typename Spec::KernelStyle;
   using Accum = typename Spec::Accumulation;
-  static constexpr bool AKMajor = Spec::kAKMajor, BKMajor = Spec::kBKMajor;
   static constexpr bool TmaStore = Spec::kTmaStore, SwapAB = Spec::kSwapAB;
-  static constexpr int Stages = Spec::kStages;
   static constexpr persistent_gemm::ScaleMode Scale = Spec::kScale;
   static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static constexpr bool kFp8 = cutlass::sizeof_bits<ElementA>::value == 8;
@@ -152,10 +134,7 @@ struct Sm90Gemm {
   using CollectiveEpilogue = typename EpilogueSel::Collective;
 
   using MainloopSchedule = typename sm90_detail::MainloopSelector<Style, Accum>::type;
-  using StageCount = std::conditional_t<
-      Stages == 0,
-      cutlass::gemm::collective::StageCountAutoCarveout<sm90_detail::kernel_carveout_bytes<CollectiveEpilogue>()>,
-      cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
+  using StageCount = StageCountFor<Stages, sm90_detail::kernel_carveout_bytes<CollectiveEpilogue>()>;
 
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB, LayoutB, kAlignB,

@@ -72,19 +72,11 @@ inline Workspace carve(GemmArgs const& g) {
 
 template <class Spec>
 struct Sm90MxBf16Gemm {
-  PGEMM_SPEC_REQUIRE_SCHEDULE(Spec);
-  PGEMM_SPEC_REQUIRE(Spec, OperandX, "the weight's bytes: MxOperandE4m3 or MxOperandE2m1");
+  PGEMM_SPEC_SCHEDULE_MEMBERS(Spec);
+  PGEMM_SPEC_OUTPUT_MEMBERS(Spec);
+  PGEMM_SPEC_SM90_MX_MEMBERS(Spec, "the weight's bytes: MxOperandE4m3 or MxOperandE2m1");
   PGEMM_SPEC_REQUIRE(Spec, OperandA, "the activations: ActivationsE4m3 or ActivationsBf16");
-  PGEMM_SPEC_REQUIRE(Spec, ElementD, "D's element");
-  using OperandX = typename Spec::OperandX;
   using OperandA = typename Spec::OperandA;
-  using ElementD = typename Spec::ElementD;
-  using TileShape = typename Spec::TileShape;
-  using ClusterShape = typename Spec::ClusterShape;
-  using ScheduleTag = typename Spec::ScheduleTag;
-  using Style = typename Spec::KernelStyle;
-  static constexpr int Stages = Spec::kStages;
-  static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static constexpr bool kE2m1 = std::is_same_v<OperandX, collective::MxOperandE2m1>;
   static constexpr bool kBf16A = std::is_same_v<OperandA, ActivationsBf16>;
   static_assert(kBf16A || std::is_same_v<OperandA, ActivationsE4m3>, "OperandA: ActivationsE4m3 or ActivationsBf16");

@@ -65,19 +65,11 @@ constexpr int auto_stages() {
 
 template <class Spec>
 struct Sm90MxGemm {
-  PGEMM_SPEC_REQUIRE_SCHEDULE(Spec);
-  PGEMM_SPEC_REQUIRE(Spec, OperandX, "the MMA's A side: MxOperandE4m3, MxOperandE2m1 or MxOperandE2m1Fold");
-  PGEMM_SPEC_REQUIRE(Spec, ElementD, "D's element");
+  PGEMM_SPEC_SCHEDULE_MEMBERS(Spec);
+  PGEMM_SPEC_OUTPUT_MEMBERS(Spec);
+  PGEMM_SPEC_SM90_MX_MEMBERS(Spec, "the MMA's A side: MxOperandE4m3, MxOperandE2m1 or MxOperandE2m1Fold");
   PGEMM_SPEC_REQUIRE(Spec, kSwapAB, "bool: X is the weight, D written transposed");
-  using OperandX = typename Spec::OperandX;
-  using ElementD = typename Spec::ElementD;
-  using TileShape = typename Spec::TileShape;
-  using ClusterShape = typename Spec::ClusterShape;
-  using ScheduleTag = typename Spec::ScheduleTag;
-  using Style = typename Spec::KernelStyle;
-  static constexpr int Stages = Spec::kStages;
   static constexpr bool SwapAB = Spec::kSwapAB;
-  static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static constexpr bool kE2m1 = std::is_same_v<OperandX, collective::MxOperandE2m1> ||
                                 std::is_same_v<OperandX, collective::MxOperandE2m1Fold>;
   static_assert(kE2m1 || std::is_same_v<OperandX, collective::MxOperandE4m3>,
