@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import persistent_gemm as pg
-from persistent_gemm import catalogue, codegen
+from persistent_gemm import archs, catalogue, codegen
+from support.kernel_table_rows import entry_rows
 from persistent_gemm.catalogue import CATALOGUE, MX_DTYPES, WEIGHT_ONLY_DTYPES, ConfigError, KernelConfig
 
 
@@ -69,7 +70,9 @@ def test_register_budget_mirrors_the_cpp_static_assert():
     from pathlib import Path
     hpp = (Path(catalogue.__file__).parents[2] / "include" / "persistent_gemm" / "kernel" /
            "sm90_gemm_builder.hpp").read_text()
-    assert f"kAccumulatorRegisterBudget = {catalogue.SM90_ACCUMULATOR_REGISTER_BUDGET};" in hpp
+    # The builder reads archs.py's limit from the generated header (test_archs checks its values).
+    assert "kAccumulatorRegisterBudget = arch_limits::sm90a::kAccumulatorRegisterBudget;" in hpp
+    assert catalogue.SM90_ACCUMULATOR_REGISTER_BUDGET == archs.ARCHS["sm90a"].limits.accumulator_register_budget
 
 
 # -- lowering -------------------------------------------------------------------------------------
@@ -81,20 +84,18 @@ def test_lowering_names_the_accumulation_tag():
             tu = codegen.kernel_tu(c, v)
             tag = "AccumFast" if c.accum == "fast" else "AccumPromoted"
             assert f"using Accumulation = persistent_gemm::kernel::{tag};" in tu, c.name
-            assert "using ElementA = " in tu and "ScheduleTag, KernelStyle, kStages, kScale, kTmaStore, Accumulation, kSwapAB>" in tu
+            assert "using ElementA = " in tu and "using Gemm = persistent_gemm::kernel::Sm90Gemm<Spec>;" in tu
 
 
 def test_kernel_table_marks_fast_entries(tmp_path):
     codegen.generate(tmp_path, ["sm90a"], pattern="")
     kt = (tmp_path / "sm90a" / "kernel_table.cpp").read_text()
     for c in (c for c in CATALOGUE if c.arch == "sm90a"):
-        rows = [r for r in kt.split('{"')[1:] if r.startswith(c.name + '"') and "DType::" in r]
+        rows = [r for r in entry_rows(kt) if r["config"] == c.name]
         assert rows, c.name
         want = "true" if c.accum == "fast" else "false"
         for r in rows:
-            # ..., ScaleMode::X, <tma_store>, <fast_accum>,
-            fields = r.split("ScaleMode::")[1].split(",")
-            assert fields[2].strip() == want, (c.name, r)
+            assert r["fast_accum"] == want, (c.name, r)
 
 
 def test_each_accumulation_mode_has_its_own_primary():

@@ -49,8 +49,8 @@ def test_codegen_writes_the_table_into_each_kernel_module(tmp_path):
         assert f'"{a.name}", {a.sm[0]}, {a.sm[1]}' in kt
         assert f"{a.sm_count}, {str(a.validated_on_hardware).lower()}}};" in kt
         assert "&gen::quantize_mxfp8" in kt
-        if "KernelStyle::" in kt.split("kEntries[] = {", 1)[1].split("{nullptr", 1)[0]:  # a built entry
-            assert f"{str(a.fused_bias).lower()}, MxRoute::" in kt
+        if "KernelStyle::" in kt.split("kEntries[] = {", 1)[1].split("{.config = nullptr", 1)[0]:  # a built entry
+            assert f".fused_bias = {str(a.fused_bias).lower()}, .route = MxRoute::" in kt
         assert f"{float(a.cost.dram_bytes_per_us)!r}" in kt and a.cost.source in kt
     ct = (tmp_path / "catalogue_table.cpp").read_text()
     for a in archs.ARCHS.values():
@@ -101,3 +101,38 @@ def test_explain_sm100_uses_its_own_constants():
     d90 = pg.explain(4096, 4096, 4096, dtype=common[0])
     assert d90.sm_count == 132 and d90.cost_model_measured
     assert d100.estimate_us < d90.estimate_us
+
+
+# -- hardware limits: one home (archs.ArchLimits), a generated header for the static_asserts -----
+def _header_values(text):
+    values, arch = {}, None
+    for line in text.splitlines():
+        if m := re.match(r"struct (\w+) \{", line):
+            arch = m[1]
+        elif m := re.match(r"\s*static constexpr int (\w+) = (-?\d+);", line):
+            values[(arch, m[1])] = int(m[2])
+    return values
+
+
+def test_arch_limits_header_is_archs_table():
+    want = {(a.name, k): v for a in archs.ARCHS.values() for k, v in a.limits.cpp().items()}
+    assert _header_values(codegen.arch_limits_header()) == want
+    written = codegen.write_arch_limits(codegen.ARCH_LIMITS_HEADER)  # what the builds include
+    assert _header_values(written.read_text()) == want
+
+
+def test_static_asserts_read_the_limits_not_literals():
+    kernel = ROOT / "include" / "persistent_gemm" / "kernel"
+    sites = {"sm90_gemm_persistent.hpp": "arch_limits::sm90a::kSmemBytes",
+             "sm90_gemm_builder.hpp": "arch_limits::sm90a::kAccumulatorRegisterBudget",
+             "sm90_mx_gemm_builder.hpp": "arch_limits::sm90a::kSmemBytes",
+             "sm100_gemm_persistent.hpp": "arch_limits::sm100a::kSmemBytes",
+             "sm100_mx_gemm_builder.hpp": "arch_limits::sm100a"}
+    for name, use in sites.items():
+        text = (kernel / name).read_text()
+        assert use in text and '#include "persistent_gemm/generated/arch_limits.hpp"' in text, name
+    literals = {str(v) for a in archs.ARCHS.values() for v in (a.limits.smem_bytes, a.limits.accumulator_register_budget)
+                if v}
+    for path in [*kernel.glob("*builder*.hpp"), kernel / "sm90_gemm_persistent.hpp", kernel / "sm100_gemm_persistent.hpp"]:
+        code = re.sub(r"//.*|\"[^\"\n]*\"", "", path.read_text())  # code only: no comments, no messages
+        assert not [v for v in literals if re.search(rf"\b{v}\b", code)], f"{path.name} spells a limit itself"

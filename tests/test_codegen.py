@@ -7,6 +7,8 @@ import pytest
 
 from persistent_gemm import catalogue, codegen
 from persistent_gemm.catalogue import CATALOGUE, ConfigError
+from persistent_gemm.library import SCALE_MODES
+from support.kernel_table_rows import entry_rows
 
 
 def test_templates_fail_on_missing_placeholder():
@@ -91,13 +93,14 @@ def test_kernel_table_carries_each_configs_geometry(tmp_path):
             (tm, tn), tk = cfg.cta_tile, cfg.tile[2]
             cm, cn = cfg.schedule.cluster
             style = codegen._STYLE_ENUM[cfg.kernel]
-            rows = [r for r in kt.split('{"')[1:] if r.startswith(cfg.name + '"') and "DType::" in r]
+            rows = [r for r in entry_rows(kt) if r["config"] == cfg.name]
             assert rows, cfg.name
             for row in rows:
                 sk = cfg.schedule.split_k
-                skx = str(cfg.schedule.stream_k).lower()
-                assert f"{{{tm}, {tn}, {tk}, {cm}, {cn}, KernelStyle::{style}, {sk}, {skx}}}" in row, (cfg.name, row)
-                assert f"&gen::workspace_{codegen.ident(cfg.name)}__" in row, (cfg.name, row)
+                geometry = tuple(row[f] for f in ("tile_m", "tile_n", "tile_k", "cluster_m", "cluster_n", "style", "split_k", "stream_k"))
+                assert geometry == (*map(str, (tm, tn, tk, cm, cn)), f"KernelStyle::{style}", str(sk),
+                                    str(cfg.schedule.stream_k).lower()), (cfg.name, row)
+                assert row["workspace"].startswith(f"&gen::workspace_{codegen.ident(cfg.name)}__"), (cfg.name, row)
     two_sm = next(c for c in CATALOGUE if c.kernel == "2sm")
     assert two_sm.cta_tile[0] == two_sm.tile[0] // 2
 
@@ -150,20 +153,22 @@ def test_every_config_lowers_through_its_family_record():
         for v in codegen.variants(cfg):
             tu = codegen.kernel_tu(cfg, v)
             if cfg.kernel == "gemv":  # the MX decode GEMV: its header, the weight's tag, the token tile
-                assert '#include "persistent_gemm/kernel/sm90_mx_gemv.hpp"' in tu
+                assert '#include "persistent_gemm/kernel/gemv_builder.hpp"' in tu
                 assert f"using OperandW = {low.gemv_weight};" in tu and f"constexpr int kTokens = {cfg.tile[1]};" in tu
+                assert "using Gemm = persistent_gemm::kernel::Sm90MxGemvBuilder<Spec>;" in tu
                 continue
             if cfg.route == "bf16":  # the MX bf16 route: its own builder, the weight's tag, no promotion
                 from persistent_gemm.library import BF16_ROUTE_BUILDER, BF16_ROUTE_HEADER
 
                 assert f'#include "persistent_gemm/kernel/{BF16_ROUTE_HEADER}.hpp"' in tu
-                assert f"using OperandX = {low.operand_x};" in tu and f"using Gemm = {BF16_ROUTE_BUILDER}<" in tu
+                assert f"using OperandX = {low.operand_x};" in tu and f"using Gemm = {BF16_ROUTE_BUILDER}<Spec>;" in tu
                 assert f"using ElementD = {ELEMENTS[v.out].cpp};" in tu
                 assert v.scale == "block" and not v.tma_store and cfg.swap_ab and cfg.tile[2] == 64
                 continue
             assert f"#include \"persistent_gemm/kernel/{low.header}.hpp\"" in tu
             assert f"using ElementD = {ELEMENTS[v.out].cpp};" in tu
-            assert f"using Gemm = {low.builder}<" in tu
+            # Lowering by named spec: one Spec struct, the builder reads its members by name.
+            assert f"using Gemm = {low.builder}<Spec>;" in tu and "struct Spec {" in tu
             if cfg.route == "fold":  # the fold route: the promotion builder, the folding weight tag
                 from persistent_gemm.library import FOLD_OPERAND_X
 
@@ -172,7 +177,7 @@ def test_every_config_lowers_through_its_family_record():
                 continue
             if low.tu == "sm100_mx":  # SM100 MX: the weight's element, the MMA tile, TMA store
                 assert f"using ElementB = {ELEMENTS[low.b].cpp};" in tu
-                assert f"using MmaTileShape = cute::Shape<cute::_{cfg.tile[0]}, cute::_{cfg.tile[1]}, cute::_128>;" in tu
+                assert f"using TileShape = cute::Shape<cute::_{cfg.tile[0]}, cute::_{cfg.tile[1]}, cute::_128>;" in tu
                 assert v.scale == "block" and v.tma_store
                 continue
             if low.operand_x is not None:  # MX: the X operand's tag, the swap flag
@@ -182,9 +187,10 @@ def test_every_config_lowers_through_its_family_record():
                 continue
             assert f"using ElementA = {ELEMENTS[low.a].cpp};" in tu
             assert f"using ElementB = {ELEMENTS[low.b].cpp};" in tu
-            assert ("kScale, kTmaStore, Accumulation, kSwapAB>" in tu) == low.epilogue_args
-            if not low.epilogue_args:  # Sm100Gemm: a scale mode only where the variant scales
-                assert ("kStages, kScale>;" in tu) == (v.scale != "none")
+            assert f"static constexpr auto kScale = persistent_gemm::ScaleMode::{SCALE_MODES[v.scale]};" in tu
+            # Sm90Gemm's epilogue members (Sm100Gemm has a scale mode only)
+            assert ("static constexpr bool kTmaStore = " in tu) == low.epilogue_args
+            assert ("using Accumulation = " in tu) == low.epilogue_args
             if low.epilogue_args:  # swap-AB and split-K kernels write D by predicated stores
                 assert f"constexpr bool kSwapAB = {str(cfg.swap_ab).lower()};" in tu
                 assert not v.tma_store or not (cfg.swap_ab or cfg.schedule.split_k > 1)
@@ -210,11 +216,10 @@ def test_mx_entries_carry_swap_ab_and_block_scales():
     for cfg in selected("mxfp8|e4m3xe2m1", archs=("sm90a",)):
         for v in codegen.variants(cfg):
             kid = codegen.ident(f"{cfg.name}__{v.suffix}")
-            line = next(l for l in table.splitlines() if f'"{cfg.name}"' in l and "DType" in l and
-                        table.splitlines()[table.splitlines().index(l) + 1].endswith(
-                            f"&gen::run_{kid}, &gen::workspace_{kid}}},"))
-            assert "ScaleMode::Block32" in line
-            assert f"false, false, {str(cfg.swap_ab).lower()}," in line
+            row = next(r for r in entry_rows(table) if r["run"] == f"&gen::run_{kid}")
+            assert row["config"] == cfg.name and row["workspace"] == f"&gen::workspace_{kid}"
+            assert row["scale_mode"] == "ScaleMode::Block32"
+            assert (row["tma_store"], row["fast_accum"], row["swap_ab"]) == ("false", "false", str(cfg.swap_ab).lower())
 
 
 def test_sm100_scaled_mm_lowering():
@@ -237,12 +242,38 @@ def test_sm100_scaled_mm_lowering():
         body = tus[0].split(f"namespace k_{codegen.ident(cfg.name)}__{v.suffix} {{")[1].split("}  // namespace")[0]
         assert "using ElementA = cutlass::float_e4m3_t;" in body
         assert f"constexpr auto kScale = persistent_gemm::ScaleMode::{mode};" in body
-        assert "ScheduleTag, KernelStyle, kStages, kScale>;" in body
+        assert "};\nusing Gemm = persistent_gemm::kernel::Sm100Gemm<Spec>;" in body
     table = codegen.kernel_table("sm100a", [cfg])
-    rows = [l for l in table.splitlines() if l.startswith(f'    {{"{cfg.name}", DType::')]
+    rows = [r for r in entry_rows(table) if r["config"] == cfg.name]
     assert len(rows) == 4
     for r in rows:
-        # ..., ScaleMode::X, tma_store, fast_accum, swap_ab, fused_bias, MxRoute
-        scale, tma, fast, swap, fused = (f.strip() for f in r.split("ScaleMode::")[1].split(",")[:5])
-        assert scale in ("Tensorwise", "Rowwise") and (tma, fast, swap, fused) == ("true", "false", "false", "false")
-    assert "{128, 256, 128, 2, 1, KernelStyle::Umma2Sm, 1, false}" in table  # the per-CTA tile
+        assert r["scale_mode"] in ("ScaleMode::Tensorwise", "ScaleMode::Rowwise")
+        assert (r["tma_store"], r["fast_accum"], r["swap_ab"], r["fused_bias"]) == ("true", "false", "false", "false")
+        # the per-CTA tile
+        assert [r[f] for f in ("tile_m", "tile_n", "tile_k", "cluster_m", "cluster_n")] == ["128", "256", "128", "2", "1"]
+        assert (r["style"], r["split_k"], r["stream_k"]) == ("KernelStyle::Umma2Sm", "1", "false")
+
+
+def test_every_builder_takes_one_named_spec(tmp_path):
+    """Lowering by named spec: each kernel's namespace holds one ``struct Spec`` and instantiates
+    ``<builder><Spec>``; no positional builder call is left, and each builder header checks the
+    members it reads (PGEMM_SPEC_REQUIRE, kernel/builder_spec.hpp)."""
+    import re
+    from pathlib import Path
+
+    files = codegen.generate(tmp_path, ["sm90a", "sm100a"])
+    builders = set()
+    for arch in ("sm90a", "sm100a"):
+        for p in files[arch]:
+            if p.suffix != ".cu" or p.name == "scale_layout.cu":
+                continue
+            text = p.read_text()
+            gemms = re.findall(r"using Gemm = ([\w:]+)<([^>]*)>;", text)
+            assert gemms and all(arg == "Spec" for _, arg in gemms), p.name
+            assert text.count("struct Spec {") == len(gemms), p.name
+            builders |= {b.split("::")[-1] for b, _ in gemms}
+    assert builders == {"Sm90Gemm", "Sm90MxGemm", "Sm90MxBf16Gemm", "Sm90MxGemvBuilder", "Sm100Gemm", "Sm100MxGemm"}
+    kernel = Path(codegen.__file__).resolve().parents[2] / "include" / "persistent_gemm" / "kernel"
+    for header in kernel.glob("*_builder.hpp"):
+        text = header.read_text()
+        assert "template <class Spec" in text and "PGEMM_SPEC_" in text, header

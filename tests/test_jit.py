@@ -68,7 +68,7 @@ def test_jit_sources_lower_any_valid_spec(cfg, tmp_path_factory):
     for v in chosen:
         assert f"run_{codegen.ident(cfg.name)}__{v.suffix}(" in tu
     table = (out / "kernel_table.cpp").read_text()
-    assert table.count(f'{{"{cfg.name}", DType::') == len(chosen)
+    assert table.count(f'{{.config = "{cfg.name}", ') == len(chosen)
     assert f'"{cfg.arch}"' in table
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from persistent_gemm import codegen
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -42,6 +44,7 @@ def build_host_program(sources, exe, flags=("-std=c++17", "--expt-relaxed-conste
     after another, and pytest leaves the other cores idle), then link."""
     nvcc, cutlass = _nvcc(), _cutlass()
     home = Path(nvcc).resolve().parents[1]
+    codegen.write_arch_limits()  # the builders' generated header (setup.py writes it too)
     includes = [f"-I{ROOT / 'include'}", f"-I{cutlass / 'include'}", f"-I{cutlass / 'tools' / 'util' / 'include'}",
                 f"-I{home / 'include' / 'cccl'}"]
     sources = [str(s) for s in sources]

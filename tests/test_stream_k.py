@@ -110,11 +110,13 @@ def test_stream_k_outside_the_sm90_gemm_builder_is_refused_before_compiling():
                      schedule=TileSchedule(stream_k=True))
 
 
-def test_catalogue_stream_k_kernels_write_by_predicated_stores():
+def test_catalogue_stream_k_kernels_keep_the_tma_store():
+    """Unlike split-K's decode kernels, stream-K's partial pieces skip a TMA epilogue (the roles
+    step its states past them): the whole tiles, most of the work, keep the faster store."""
     sk = [c for c in CATALOGUE if c.schedule.stream_k]
     assert sk, "the catalogue has stream-K kernels"
     for c in sk:
         assert c.kernel_rejection() is None
-        assert all(not v.tma_store for v in codegen.variants(c)), c.name
+        assert any(v.tma_store for v in codegen.variants(c)), c.name
     probes = [c for c in codegen.PARITY_PROBES if c.schedule.stream_k]
     assert {c.schedule.raster for c in probes} == {"row", "column"} and len({c.schedule.cluster for c in probes}) >= 3

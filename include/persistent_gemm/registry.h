@@ -125,6 +125,8 @@ struct KernelGeometry {
 };
 
 // What a kernel variant can run. The dispatcher matches a problem against these fields.
+// codegen writes each row with designated initialisers (.config = ..., in this order; the kernel
+// table is a C++20 .cpp), so a new field is named where it is filled.
 struct KernelEntry {
   const char* config;   // canonical catalogue name, e.g. sm90a_bf16_128x256x64_c2x1_sw8_row_coop
   DType a_dtype, b_dtype, d_dtype;

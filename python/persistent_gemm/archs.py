@@ -4,17 +4,19 @@ Everything that used to spell an arch itself reads :data:`ARCHS`: ``setup.py`` (
 ``TORCH_CUDA_ARCH_LIST`` spelling, the nvcc ``-gencode`` and the minimum nvcc), the catalogue
 (names, kernel styles), the code generator (compute capability, cost-model constants and the
 hardware-validation flag written into each arch module's kernel table), the package's module
-loader, the demo, ``explain``/the CLI and the tests.
+loader, the demo, ``explain``/the CLI and the tests. Its :class:`ArchLimits` are the one home of
+the hardware limits: the config rules read them here, the builders' static_asserts from the
+header codegen writes.
 
 Importable without torch (``setup.py`` loads it before torch's build machinery).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
-__all__ = ["CostModel", "ArchSpec", "ARCHS", "ARCH_NAMES", "arch", "by_capability", "by_torch_arch"]
+__all__ = ["ArchLimits", "CostModel", "ArchSpec", "ARCHS", "ARCH_NAMES", "arch", "by_capability", "by_torch_arch"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,30 @@ class CostModel:
     source: str
 
 
+def _limit(doc: str):
+    return field(metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class ArchLimits:
+    """The hardware and kernel limits the config rules check, written only here: codegen emits
+    them as ``constexpr`` members of ``persistent_gemm::arch_limits::<arch>``
+    (include/persistent_gemm/generated/arch_limits.hpp, :func:`codegen.arch_limits_header`),
+    which the builders' static_asserts read; ``config_rules`` reads them from here. 0: no such
+    rule on that arch."""
+
+    smem_bytes: int = _limit("opt-in dynamic shared memory per CTA (227 KB)")
+    accumulator_register_budget: int = _limit(
+        "accumulator registers a consumer thread may hold (of its 232), the rest being addressing and pipeline state")
+    mx_tile_k: int = _limit("K tile of the MX mainloop: one blocked-layout scale atom column (four 1x32 blocks)")
+    mx_tile_n: int = _limit("N tile of the block-scaled UMMA per CTA")
+    mx_epilogue_smem_bytes: int = _limit("the MX TMA-store epilogue's staging + barriers (an estimate)")
+
+    def cpp(self) -> dict[str, int]:
+        """``{constexpr name: value}``: smem_bytes -> kSmemBytes."""
+        return {"k" + "".join(w.title() for w in f.name.split("_")): getattr(self, f.name) for f in fields(self)}
+
+
 @dataclass(frozen=True)
 class ArchSpec:
     name: str                       # arch module suffix and catalogue-name prefix: _C_<name>
@@ -58,6 +84,7 @@ class ArchSpec:
     #: False: this project has compiled the kernels but never run them on such a GPU. The
     #: dispatcher then self-checks each kernel on its first use in a process (csrc/self_check.cpp).
     validated_on_hardware: bool
+    limits: ArchLimits
 
     @property
     def family(self) -> str:
@@ -83,11 +110,15 @@ ARCHS: dict[str, ArchSpec] = {a.name: a for a in (
     ArchSpec(name="sm90a", sm=(9, 0), torch_arch="9.0a", gencode="-gencode=arch=compute_90a,code=sm_90a",
              min_nvcc=(12, 0), styles=("cooperative", "pingpong", "gemv"), default_style="cooperative",
              builder_header="sm90_gemm_builder", sm_count=132, part="H200", cost=_H200,
-             fused_bias=True, validated_on_hardware=True),
+             fused_bias=True, validated_on_hardware=True,
+             limits=ArchLimits(smem_bytes=232448, accumulator_register_budget=192, mx_tile_k=128, mx_tile_n=0,
+                               mx_epilogue_smem_bytes=0)),
     ArchSpec(name="sm100a", sm=(10, 0), torch_arch="10.0a", gencode="-gencode=arch=compute_100a,code=sm_100a",
              min_nvcc=(12, 8), styles=("1sm", "2sm"), default_style="1sm",
              builder_header="sm100_gemm_builder", sm_count=148, part="B200", cost=_B200,
-             fused_bias=False, validated_on_hardware=False),
+             fused_bias=False, validated_on_hardware=False,
+             limits=ArchLimits(smem_bytes=232448, accumulator_register_budget=0, mx_tile_k=128, mx_tile_n=128,
+                               mx_epilogue_smem_bytes=17408)),
 )}
 
 ARCH_NAMES: tuple[str, ...] = tuple(ARCHS)

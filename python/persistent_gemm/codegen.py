@@ -16,6 +16,10 @@ Outputs under ``csrc/generated/`` (ignored by git):
 * ``<arch>/kernel_table.cpp`` -- the arch module's :c:type:`KernelTable`.
 * ``<arch>/scale_layout.cu`` -- its plain -> blocked e8m0 scale relayout kernel (arch-neutral CUDA).
 * ``<arch>/module.cpp`` -- the arch module's Python entry (``csrc/arch_module_main.h``).
+
+and ``include/persistent_gemm/generated/arch_limits.hpp`` (ignored by git; beside the headers
+that include it, as host-only test programs have only ``include/`` on their path): the
+:class:`archs.ArchLimits` the builders' static_asserts read.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Iterable, Optional, Sequence
 from .archs import ARCHS
 from .build_flags import MAX_KERNELS_PER_TU
 from .catalogue import CATALOGUE, KernelConfig, selected
+from .parity_probes import PARITY_PROBES
 
 from .library import (BF16_ROUTE_BUILDER, BF16_ROUTE_HEADER, BF16_ROUTE_VARIANTS, ELEMENTS, FOLD_OPERAND_X,  # noqa: F401
                       GEMV_BUILDER, GEMV_HEADER, GEMV_VARIANTS, SCALE_MODES, Variant, fit_variants, lowering)  # (Variant: codegen.Variant)
@@ -97,61 +102,48 @@ _SCHEDULE = Template(
 _SCHEDULE_HEADER = "host/device_schedule.cuh"
 
 
-def _kernel_template(aliases: str) -> Template:
-    """One kernel of a TU: its namespace (``k_<ident>``) holding the type aliases and the builder
-    call, then its entry points. Every kernel kind below fills in only the aliases."""
-    return Template("namespace k_${ident} {  // variant ${suffix}\n" + aliases
-                    + "}  // namespace k_${ident}\n${entry_points}")
+def _kernel_template(members: str) -> Template:
+    """One kernel of a TU: its namespace (``k_<ident>``) holding its named ``Spec`` (the members
+    every builder reads by name, kernel/builder_spec.hpp) and ``Gemm = <builder><Spec>``, then its
+    entry points. Every kernel kind below fills in only the members."""
+    return Template("namespace k_${ident} {  // variant ${suffix}\nstruct Spec {\n" + members
+                    + "};\nusing Gemm = ${builder}<Spec>;\n}  // namespace k_${ident}\n${entry_points}")
 
 
-#: The schedule and pipeline aliases every builder takes (``stages`` 0: fill the shared memory).
-_SCHEDULE_ALIASES = """using ClusterShape = ${cluster_shape};
-using ScheduleTag = ${schedule_tag};
-using KernelStyle = ${kernel_style};
-constexpr int kStages = ${stages};  // 0: fill the shared memory"""
-
-_KERNEL = _kernel_template(
-    """using ElementA = ${a_type};
-using ElementB = ${b_type};
-using ElementD = ${d_type};
-constexpr bool kAKMajor = ${a_k_major};
-constexpr bool kBKMajor = ${b_k_major};
-using TileShape = ${tile_shape};
-""" + _SCHEDULE_ALIASES + """ the epilogue leaves
-${arch_aliases}using Gemm = ${builder}<ElementA, kAKMajor, ElementB, kBKMajor, ElementD, TileShape, ClusterShape,
-    ScheduleTag, KernelStyle, kStages${arch_args}>;
+#: The schedule and pipeline members every builder takes (``stages`` 0: fill the shared memory).
+_SCHEDULE_MEMBERS = """  using TileShape = ${tile_shape};
+  using ClusterShape = ${cluster_shape};
+  using ScheduleTag = ${schedule_tag};
+  using KernelStyle = ${kernel_style};
+  static constexpr int kStages = ${stages};  // 0: fill the shared memory the epilogue leaves
 """
-)
+
+# Sm90Gemm / Sm100Gemm: 16-bit and FP8 operands; ${arch_members} the epilogue's members.
+_KERNEL = _kernel_template(
+    """  using ElementA = ${a_type};
+  using ElementB = ${b_type};
+  using ElementD = ${d_type};
+  static constexpr bool kAKMajor = ${a_k_major};
+  static constexpr bool kBKMajor = ${b_k_major};
+""" + _SCHEDULE_MEMBERS + "${arch_members}")
 
 # One SM90 MX kernel (Sm90MxGemm): the promotion and fold routes.
 _MX_KERNEL = _kernel_template(
-    """using OperandX = ${operand_x};  // the MMA's A side: ${x_role}
-using ElementD = ${d_type};
-using TileShape = ${tile_shape};
-""" + _SCHEDULE_ALIASES + """
-constexpr bool kSwapAB = ${swap_ab};
-using Gemm = ${builder}<OperandX, ElementD, TileShape, ClusterShape, ScheduleTag, KernelStyle, kStages, kSwapAB>;
-"""
-)
+    """  using OperandX = ${operand_x};  // the MMA's A side: ${x_role}
+  using ElementD = ${d_type};
+""" + _SCHEDULE_MEMBERS + """  static constexpr bool kSwapAB = ${swap_ab};
+""")
 
 _BF16_ROUTE_KERNEL = _kernel_template(
-    """using OperandX = ${operand_x};  // the weight's bytes, converted to bf16 in registers (swap-AB)
-using ElementD = ${d_type};
-using TileShape = ${tile_shape};
-""" + _SCHEDULE_ALIASES + """
-using OperandA = ${activation};  // the activations: e4m3 + e8m0 scales, or bf16 (weight-only)
-using Gemm = ${builder}<OperandX, ElementD, TileShape, ClusterShape, ScheduleTag, KernelStyle, kStages, OperandA>;
-"""
-)
+    """  using OperandX = ${operand_x};  // the weight's bytes, converted to bf16 in registers (swap-AB)
+  using OperandA = ${activation};  // the activations: e4m3 + e8m0 scales, or bf16 (weight-only)
+  using ElementD = ${d_type};
+""" + _SCHEDULE_MEMBERS)
 
 _SM100_MX_KERNEL = _kernel_template(
-    """using ElementB = ${b_type};  // the weight; the activations are e4m3
-using ElementD = ${d_type};
-using MmaTileShape = ${tile_shape};
-""" + _SCHEDULE_ALIASES + """ the epilogue leaves
-using Gemm = ${builder}<ElementB, ElementD, MmaTileShape, ClusterShape, ScheduleTag, KernelStyle, kStages>;
-"""
-)
+    """  using ElementB = ${b_type};  // the weight; the activations are e4m3
+  using ElementD = ${d_type};
+""" + _SCHEDULE_MEMBERS)
 
 # A generated translation unit: the headers its bodies need, once, and the bodies.
 _TU = Template(
@@ -163,16 +155,12 @@ ${bodies}}  // namespace persistent_gemm::gen
 )
 
 # One MX decode kernel (style "gemv"); a family's kernels share one TU (each is small).
-_GEMV_KERNEL = Template(
-    """namespace k_${ident} {  // ${name}, variant ${suffix}
-using OperandW = ${gemv_weight};  // the weight's bytes
-using OperandX = ${activation};  // the activations' element (and whether they carry scales)
-using ElementD = ${d_type};
-constexpr int kTokens = ${tile_n};  // tokens per launch: whole n8 MMA tiles
-using Gemm = ${builder}<OperandW, OperandX, ElementD, kTokens>;
-}  // namespace k_${ident}
-${entry_points}"""
-)
+_GEMV_KERNEL = _kernel_template(
+    """  using OperandW = ${gemv_weight};  // the weight's bytes
+  using OperandX = ${activation};  // the activations' element (and whether they carry scales)
+  using ElementD = ${d_type};
+  static constexpr int kTokens = ${tile_n};  // tokens per launch: whole n8 MMA tiles
+""")
 
 _SCALE_LAYOUT_TU = Template(
     """// Generated by persistent_gemm.codegen: the ${arch} module's MX helpers (plain -> blocked scale
@@ -210,9 +198,7 @@ cudaError_t dequantize_mx(DequantizeJob const&, cudaStream_t);
 namespace persistent_gemm::host {
 using namespace persistent_gemm;
 static KernelEntry const kEntries[] = {
-${entries}    {nullptr, DType::BF16, DType::BF16, DType::BF16, true, true, ScaleMode::None, true, false, false, false, MxRoute::Promote,
-     {0, 0, 0, 1, 1, KernelStyle::Cooperative, 1, false}, nullptr, nullptr},
-};
+${entries}};
 static ScheduleEntry const kSchedules[] = {
 ${schedules}    {nullptr, nullptr},
 };
@@ -239,44 +225,51 @@ size_t workspace_${ident}(persistent_gemm::GemmArgs const& args) { return k_${id
 _ROUTE_ENUM = {"promote": "Promote", "bf16": "Bf16", "fold": "Fold"}
 _STYLE_ENUM = {"cooperative": "Cooperative", "pingpong": "PingPong", "gemv": "Gemv", "1sm": "Umma1Sm", "2sm": "Umma2Sm"}
 
+# One KernelEntry (registry.h), its fields by name: C++20 designated initialisers, which the
+# kernel table (a .cpp: build_flags.CXX_FLAGS, -std=c++20) allows; the .cu kernels stay C++17.
 _ENTRY = Template(
-    '    {"${name}", DType::${a}, DType::${b}, DType::${d}, ${a_k_major}, ${b_k_major}, ScaleMode::${scale}, '
-    "${tma_store}, ${fast_accum}, ${swap_ab}, ${fused_bias}, ${route},\n     {${tile_m}, ${tile_n}, ${tile_k}, ${cluster_m}, ${cluster_n}, KernelStyle::${style}, "
-    "${split_k}, ${stream_k}}, &gen::run_${kid}, &gen::workspace_${kid}},\n"
+    "    {.config = ${config}, .a_dtype = DType::${a}, .b_dtype = DType::${b}, .d_dtype = DType::${d},\n"
+    "     .a_k_major = ${a_k_major}, .b_k_major = ${b_k_major}, .scale_mode = ScaleMode::${scale}, "
+    ".tma_store = ${tma_store},\n"
+    "     .fast_accum = ${fast_accum}, .swap_ab = ${swap_ab}, .fused_bias = ${fused_bias}, .route = MxRoute::${route},\n"
+    "     .geometry = {.tile_m = ${tile_m}, .tile_n = ${tile_n}, .tile_k = ${tile_k}, .cluster_m = ${cluster_m}, "
+    ".cluster_n = ${cluster_n},\n"
+    "                  .style = KernelStyle::${style}, .split_k = ${split_k}, .stream_k = ${stream_k}},\n"
+    "     .run = ${run}, .workspace = ${workspace}},\n"
 )
+#: The table's closing row (config nullptr): keeps kEntries non-empty when no kernel is built.
+_END_ROW = _ENTRY.substitute(config="nullptr", a="BF16", b="BF16", d="BF16", a_k_major="true", b_k_major="true",
+                             scale="None", tma_store="true", fast_accum="false", swap_ab="false", fused_bias="false",
+                             route="Promote", tile_m=0, tile_n=0, tile_k=0, cluster_m=1, cluster_n=1,
+                             style="Cooperative", split_k=1, stream_k="false", run="nullptr", workspace="nullptr")
+
+
+#: Where :func:`write_arch_limits` puts the header (the source checkout's include tree).
+ARCH_LIMITS_HEADER = Path(__file__).resolve().parents[2] / "include" / "persistent_gemm" / "generated" / "arch_limits.hpp"
+
+
+def arch_limits_header() -> str:
+    """``persistent_gemm::arch_limits::<arch>``: each arch's :class:`archs.ArchLimits` as constexpr ints."""
+    from dataclasses import fields
+    out = ["// Generated by persistent_gemm.codegen from archs.py (ArchLimits); do not edit.", "#pragma once", "",
+           "namespace persistent_gemm::arch_limits {"]
+    for a in ARCHS.values():
+        out.append(f"struct {a.name} {{")
+        for f, (name, value) in zip(fields(a.limits), a.limits.cpp().items()):
+            out.append(f"  static constexpr int {name} = {value};  // {f.metadata['doc']}")
+        out.append("};")
+    return "\n".join(out + ["}  // namespace persistent_gemm::arch_limits", ""])
+
+
+def write_arch_limits(path: os.PathLike = ARCH_LIMITS_HEADER) -> Path:
+    _write(Path(path), arch_limits_header())
+    return Path(path)
 
 
 def ident(text: str) -> str:
     return text.replace(".", "_").replace("-", "_")
 
 
-def _probe_schedules() -> tuple[KernelConfig, ...]:
-    """Extra host-only scheduler instantiations for the parity tests: the kernel catalogue is
-    kept lean for compile time, but the scheduler's template space (swizzle, cluster, raster,
-    narrowed panels) must be proven on more points than it uses. No kernel is built for these."""
-    from .schedule import TileSchedule
-
-    probes = []
-    for swizzle in (1, 3, 8):
-        for cluster in ((1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (1, 4)):
-            for raster in ("row", "column"):
-                sched = TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster)
-                probes.append(KernelConfig(tile=(128, 64, 64), schedule=sched, kernel="pingpong"))
-    # Split-K: the K range of each unit, with clusters and both rasters (host walk only).
-    for swizzle, cluster, raster, split_k in ((1, (1, 1), "row", 2), (3, (2, 1), "column", 3),
-                                               (8, (1, 2), "row", 4), (2, (2, 2), "column", 16)):
-        sched = TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster, split_k=split_k)
-        probes.append(KernelConfig(tile=(128, 64, 64), schedule=sched, kernel="pingpong"))
-    # Stream-K: the head / tail cut and the tail's pieces, with clusters and both rasters.
-    for swizzle, cluster, raster in ((1, (1, 1), "row"), (3, (2, 1), "column"), (8, (1, 2), "row"),
-                                     (2, (2, 2), "column")):
-        sched = TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster, stream_k=True)
-        probes.append(KernelConfig(tile=(128, 64, 64), schedule=sched, kernel="pingpong"))
-    names = {c.name for c in CATALOGUE}
-    return tuple(p for p in probes if p.name not in names)
-
-
-PARITY_PROBES: tuple[KernelConfig, ...] = _probe_schedules()
 
 
 def catalogue_table(configs: Sequence[KernelConfig] = CATALOGUE,
@@ -315,21 +308,14 @@ def _kernel_text(config: KernelConfig, v: Variant, entry: Optional[Template]) ->
         return low.header, _MX_KERNEL.substitute(
             fill, builder=low.builder, operand_x=low.operand_x,
             x_role="the weight (swap-AB; D written transposed)" if config.swap_ab else "the activations")
-    if low.epilogue_args:
-        arch_aliases = (f"constexpr auto kScale = persistent_gemm::ScaleMode::{SCALE_MODES[v.scale]};\n"
-                        f"constexpr bool kTmaStore = {str(v.tma_store).lower()};\n"
-                        f"using Accumulation = {fill['accum']};\n"
-                        f"constexpr bool kSwapAB = {fill['swap_ab']};  // weight as A, D written transposed\n")
-        arch_args = ", kScale, kTmaStore, Accumulation, kSwapAB"
-    elif v.scale != "none":  # Sm100Gemm: the epilogue's scale mode, its last parameter (default None)
-        arch_aliases = f"constexpr auto kScale = persistent_gemm::ScaleMode::{SCALE_MODES[v.scale]};\n"
-        arch_args = ", kScale"
-    else:
-        arch_aliases, arch_args = "", ""
+    scale = f"  static constexpr auto kScale = persistent_gemm::ScaleMode::{SCALE_MODES[v.scale]};\n"
+    if low.epilogue_args:  # Sm90Gemm: the epilogue's kind, the accumulation, swap-AB
+        scale += (f"  static constexpr bool kTmaStore = {str(v.tma_store).lower()};\n"
+                  f"  using Accumulation = {fill['accum']};\n"
+                  f"  static constexpr bool kSwapAB = {fill['swap_ab']};  // weight as A, D written transposed\n")
     return low.header, _KERNEL.substitute(
         fill, builder=low.builder, a_type=ELEMENTS[low.a].cpp, b_type=ELEMENTS[low.b].cpp,
-        a_k_major=str(v.a_k_major).lower(), b_k_major=str(v.b_k_major).lower(),
-        arch_aliases=arch_aliases, arch_args=arch_args)
+        a_k_major=str(v.a_k_major).lower(), b_k_major=str(v.b_k_major).lower(), arch_members=scale)
 
 
 def _tu(what: str, parts: Sequence[tuple[str, str]]) -> str:
@@ -398,8 +384,10 @@ def kernel_table(arch: str, configs: Sequence[KernelConfig], chosen: Optional[di
                 fast_accum=str(c.accum == "fast").lower(),
                 style=_STYLE_ENUM[c.kernel],
                 fused_bias=str(ARCHS[arch].fused_bias).lower(),
-                route=f"MxRoute::{_ROUTE_ENUM[c.route]}",
-                kid=kid,
+                route=_ROUTE_ENUM[c.route],
+                config=f'"{c.name}"',
+                run=f"&gen::run_{kid}",
+                workspace=f"&gen::workspace_{kid}",
             ))
             count += 1
     spec = ARCHS[arch]
@@ -416,7 +404,7 @@ def kernel_table(arch: str, configs: Sequence[KernelConfig], chosen: Optional[di
         validated=str(spec.validated_on_hardware).lower(),
         arch=arch,
         decls="\n".join(decls),
-        entries="".join(entries),
+        entries="".join(entries) + _END_ROW,
         schedules="".join(schedules),
         count=count,
         sm_major=major,
@@ -469,6 +457,7 @@ def generate(out_dir: os.PathLike, archs: Iterable[str], pattern: str | None = N
     """Write every generated file; returns ``{"_C": [...], "<arch>": [...]}`` source lists.
     Files of configs no longer selected are removed so stale kernels never link."""
     out = Path(out_dir)
+    write_arch_limits()
     result: dict[str, list[Path]] = {}
     table = out / "catalogue_table.cpp"
     _write(table, catalogue_table())
@@ -487,4 +476,5 @@ def jit_sources(out_dir: os.PathLike, config: KernelConfig, chosen: Sequence[Var
     """The translation units of a one-config arch module (persistent_gemm.jit): the same
     templates as the build, for ``config`` (any valid spec, in the catalogue or not) and only
     the variants in ``chosen``; a config no kernel can be generated for is refused (kernel_tu)."""
+    write_arch_limits()
     return _write_arch_module(Path(out_dir), config.arch, [config], {config.name: list(chosen)})

@@ -48,9 +48,8 @@ ROUTE_TOKENS = {"bf16": "bf16route", "fold": "fold"}
 BF16_ROUTE_TILE_K = 64
 #: Dtype families whose mainloop has a fast-accumulation variant.
 FAST_ACCUM_DTYPES: tuple[str, ...] = ("e4m3",)
-#: Accumulator registers a SM90 consumer thread may hold (of its 232), the rest going to
-#: addressing and pipeline state. Mirrors kAccumulatorRegisterBudget in sm90_gemm_builder.hpp.
-SM90_ACCUMULATOR_REGISTER_BUDGET = 192
+#: Accumulator registers a SM90 consumer thread may hold (archs.ArchLimits, also read by the builders).
+SM90_ACCUMULATOR_REGISTER_BUDGET = _ARCH_SPECS["sm90a"].limits.accumulator_register_budget
 
 #: Dtype families applied with 1x32 e8m0 block scales in the mainloop (the MX ops).
 MX_DTYPES: tuple[str, ...] = ("mxfp8", "e4m3xe2m1")
@@ -60,11 +59,11 @@ MX_DTYPES: tuple[str, ...] = ("mxfp8", "e4m3xe2m1")
 WEIGHT_ONLY_DTYPES: tuple[str, ...] = ("bf16xe4m3", "bf16xe2m1")
 #: Families whose weight is e2m1 (two codes per byte: K-tiles and chunks count codes)
 E2M1_DTYPES: tuple[str, ...] = ("e4m3xe2m1", "bf16xe2m1")
-#: The SM100 block-scaled path's tile rules (kernel/sm100_tile_mapping.hpp's sm100_mx constants).
-SM100_MX_TILE_K = 128
-SM100_MX_TILE_N = 128
-SM100_SMEM_BYTES = 232448               # opt-in dynamic shared memory per CTA
-SM100_MX_EPILOGUE_SMEM_BYTES = 17408    # the TMA-store epilogue's staging + barriers (estimate)
+#: The SM100 block-scaled path's tile and shared-memory limits (archs.ArchLimits).
+SM100_MX_TILE_K = _ARCH_SPECS["sm100a"].limits.mx_tile_k
+SM100_MX_TILE_N = _ARCH_SPECS["sm100a"].limits.mx_tile_n
+SM100_SMEM_BYTES = _ARCH_SPECS["sm100a"].limits.smem_bytes
+SM100_MX_EPILOGUE_SMEM_BYTES = _ARCH_SPECS["sm100a"].limits.mx_epilogue_smem_bytes
 #: The MX decode kernel (kernel style "gemv", kernel/sm90_mx_gemv.hpp): 128-row weight strips,
 #: 256 weight bytes per row per work unit, 8..64 tokens (whole n8 MMA tiles), stream-K over strips.
 GEMV_STRIP_ROWS = 128

@@ -1,8 +1,9 @@
 """The rules a kernel config keeps: each rejection is one line saying which rule it breaks.
 
-They mirror the static_asserts and ``can_implement`` of the builders and collectives under
-``include/persistent_gemm`` (each function names its header), so a config that no kernel can
-take is refused in Python, before nvcc. :meth:`KernelConfig.rejection
+The hardware limits they check are :class:`archs.ArchLimits`, whose generated
+``arch_limits.hpp`` the static_asserts read too. The other rules mirror the static_asserts and
+``can_implement`` of the builders and collectives under ``include/persistent_gemm`` (each
+function names its header), so a config that no kernel can take is refused in Python, before nvcc. :meth:`KernelConfig.rejection
 <persistent_gemm.kernel_config.KernelConfig.rejection>` asks :func:`rejection`.
 """
 
@@ -10,10 +11,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .archs import ARCHS as _ARCH_SPECS
 from .config_fields import (ACCUMS, ARCHS, BF16_ROUTE_TILE_K, DTYPE_BYTES, DTYPES, E2M1_DTYPES, FAST_ACCUM_DTYPES,
                             GEMV_CHUNK_BYTES, GEMV_STRIP_ROWS, GEMV_TOKENS, KERNEL_STYLES, MX_DTYPES, MX_ROUTES,
-                            SM90_ACCUMULATOR_REGISTER_BUDGET, SM100_MX_EPILOGUE_SMEM_BYTES, SM100_MX_TILE_K,
-                            SM100_MX_TILE_N, SM100_SMEM_BYTES, WEIGHT_ONLY_DTYPES)
+                            WEIGHT_ONLY_DTYPES)
 from .schedule import TileSchedule
 
 
@@ -72,9 +73,10 @@ def rejection(c) -> Optional[str]:
         if c.dtype == "e4m3" and c.accum == "promoted":
             # A cooperative tile is split over 256 consumer threads, a ping-pong tile is one WG's.
             acc = tm * tn // (256 if c.kernel == "cooperative" else 128)
-            if 3 * acc > SM90_ACCUMULATOR_REGISTER_BUDGET:
+            budget = _ARCH_SPECS[c.arch].limits.accumulator_register_budget
+            if 3 * acc > budget:
                 return (f"promoted FP8 accumulation keeps an fp32 accumulator and two in-flight temporaries: "
-                        f"3 x {acc} registers per consumer thread exceed the {SM90_ACCUMULATOR_REGISTER_BUDGET} "
+                        f"3 x {acc} registers per consumer thread exceed the {budget} "
                         f"available for accumulators (use a smaller tile, or accum='fast')")
     else:
         if c.swap_ab:
@@ -118,29 +120,30 @@ def _sm100_mx(c) -> Optional[str]:
     """The rules of the SM100 block-scaled path (mirrors the static_asserts of
     kernel/sm100_mx_gemm_builder.hpp and CUTLASS's block-scaled builder)."""
     tm, tn, tk = c.tile
+    lim = _ARCH_SPECS[c.arch].limits
     want_m = 256 if c.kernel == "2sm" else 128
     if tm != want_m:
         return (f"sm100a MX {c.kernel} kernels need tile_m = {want_m} (a {want_m // (2 if c.kernel == '2sm' else 1)}"
                 f"-row block-scaled UMMA per CTA), got {tm}")
-    if tk != SM100_MX_TILE_K:
-        return (f"sm100a MX kernels need tile_k = {SM100_MX_TILE_K}: the e2m1 operand is loaded into 8-bit "
+    if tk != lim.mx_tile_k:
+        return (f"sm100a MX kernels need tile_k = {lim.mx_tile_k}: the e2m1 operand is loaded into 8-bit "
                 f"smem containers 128 elements deep, one scale atom column per K tile; got {tk}")
     if tn == 256:
         return ("sm100a MX kernels cannot use tile_n = 256: two 256-column fp32 accumulators fill all 512 TMEM "
                 "columns, leaving none for the scale factors, so CUTLASS overlaps the accumulators, which our "
                 "kernel does not implement (use tile_n = 128)")
-    if tn != SM100_MX_TILE_N:
-        return (f"sm100a MX kernels need tile_n = {SM100_MX_TILE_N} (64 and 192 need per-tile scale-factor "
+    if tn != lim.mx_tile_n:
+        return (f"sm100a MX kernels need tile_n = {lim.mx_tile_n} (64 and 192 need per-tile scale-factor "
                 f"column shifts in TMEM that our kernel does not implement), got {tn}")
     if c.stages is not None:
         # Per CTA and stage: its A rows and its share of B (a 2-SM pair splits B), 128 B each
         # (e2m1 sits in 8-bit containers), plus one 512 B scale atom per operand.
         ctas = 2 if c.kernel == "2sm" else 1
         stage = (tm // ctas) * tk + (tn // ctas) * tk + 2 * 512
-        fit = (SM100_SMEM_BYTES - SM100_MX_EPILOGUE_SMEM_BYTES) // stage
+        fit = (lim.smem_bytes - lim.mx_epilogue_smem_bytes) // stage
         if c.stages > fit:
             return (f"stages={c.stages}: {stage} B per stage fit at most {fit} times in the "
-                    f"{SM100_SMEM_BYTES} B of shared memory beside the epilogue's")
+                    f"{lim.smem_bytes} B of shared memory beside the epilogue's")
     return None
 
 def _sm90_bf16_route(c) -> Optional[str]:
@@ -166,16 +169,18 @@ def _sm90_mx(c) -> Optional[str]:
     """The rules of the SM90 MX mainloop (mirrors the static_asserts of
     collective/sm90_mx_block_scaled_mma.hpp and kernel/sm90_mx_gemm_builder.hpp)."""
     tm, tn, tk = c.tile
-    if tk != 128:
-        return f"MX kernels need tile_k = 128 (four 1x32 scale blocks, one blocked-layout atom column), got {tk}"
+    lim = _ARCH_SPECS[c.arch].limits
+    if tk != lim.mx_tile_k:
+        return (f"MX kernels need tile_k = {lim.mx_tile_k} (four 1x32 scale blocks, one blocked-layout atom column), "
+                f"got {tk}")
     if tn > 128 and tn % 128 or tn <= 128 and 128 % tn:
         return f"MX kernels need tile_n dividing 128 or a multiple of it (scale atoms hold 128 rows), got {tn}"
     if c.dtype == "e4m3xe2m1" and not c.swap_ab:
         return ("FP8 x FP4 kernels must be swap_ab: the e2m1 weight is converted to e4m3 in registers, and "
                 "only the wgmma's A operand comes from registers")
     acc = tm * tn // (256 if c.kernel == "cooperative" else 128)
-    if 3 * acc > SM90_ACCUMULATOR_REGISTER_BUDGET:
+    if 3 * acc > lim.accumulator_register_budget:
         return (f"MX promotion keeps an fp32 accumulator and two in-flight temporaries: 3 x {acc} registers per "
-                f"consumer thread exceed the {SM90_ACCUMULATOR_REGISTER_BUDGET} available for accumulators "
+                f"consumer thread exceed the {lim.accumulator_register_budget} available for accumulators "
                 f"(use a smaller tile)")
     return None

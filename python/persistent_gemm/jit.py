@@ -188,8 +188,9 @@ def _headers_digest() -> str:
 
 def _module_name(config: KernelConfig, sources: Sequence[Path], cutlass: Path) -> str:
     h = hashlib.sha256()
-    for part in (config.name, _versions(), _headers_digest(), str(cutlass), *build_flags.NVCC_FLAGS,
-                 *build_flags.CXX_FLAGS, ARCHS[config.arch].gencode):
+    # The generated arch_limits.hpp is outside _headers_digest (it skips generated/): hash its text.
+    for part in (config.name, _versions(), _headers_digest(), codegen.arch_limits_header(), str(cutlass),
+                 *build_flags.NVCC_FLAGS, *build_flags.CXX_FLAGS, ARCHS[config.arch].gencode):
         h.update(part.encode())
     for p in sources:
         h.update(p.name.encode())

@@ -146,8 +146,8 @@ _SM100_MX = dict(builder="persistent_gemm::kernel::Sm100MxGemm", header="sm100_m
 # The MX decode kernel (style "gemv") writes every output dtype itself: predicated scalar stores,
 # no TMA box, so fp16 needs no cast and an unaligned N no padded D. Instantiations are small (no
 # CUTLASS collective), and one TU holds a family's gemv configs.
-GEMV_HEADER = "sm90_mx_gemv"
-GEMV_BUILDER = "persistent_gemm::kernel::Sm90MxGemv"
+GEMV_HEADER = "gemv_builder"  # Sm90MxGemv (kernel/sm90_mx_gemv.hpp) by named spec
+GEMV_BUILDER = "persistent_gemm::kernel::Sm90MxGemvBuilder"
 GEMV_VARIANTS = tuple(Variant(True, True, d, "block", False) for d in ("bf16", "fp16", "fp32"))
 
 # Weight-only MX (bf16 activations): the decode GEMV and the bf16 route (BF16_ROUTE_VARIANTS),
@@ -206,7 +206,8 @@ def lowering(arch: str, family: str) -> Optional[Lowering]:
 def fit_variants(config, variants) -> list:
     """``variants`` as a config of the SM90 GEMM builder can take them (its static_asserts):
     a swap-AB kernel reads both operands K-major and writes its transposed D by predicated
-    stores; a split-K kernel's partial units skip the epilogue, which the predicated one allows."""
+    stores; a split-K kernel's partial units skip the epilogue, which the predicated one allows
+    (stream-K kernels keep the TMA store: the roles step its states past a partial piece)."""
     low = lowering(config.arch, config.dtype)
     if low is None or low.tu != "gemm":
         return list(variants)
@@ -214,7 +215,7 @@ def fit_variants(config, variants) -> list:
     for v in variants:
         if config.swap_ab and not (v.a_k_major and v.b_k_major):
             continue
-        if config.swap_ab or config.schedule.split_k > 1 or config.schedule.stream_k:
+        if config.swap_ab or config.schedule.split_k > 1:
             v = replace(v, tma_store=False)
         if v not in out:
             out.append(v)

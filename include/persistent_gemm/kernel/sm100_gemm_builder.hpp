@@ -1,20 +1,21 @@
-// Sm100Gemm: one SM100 `mm` or `scaled_mm` variant, D(M,N) = scale * A(M,K) @ B(K,N), D
+// Sm100Gemm<Spec>: one SM100 `mm` or `scaled_mm` variant, D(M,N) = scale * A(M,K) @ B(K,N), D
 // row-major, fp32 accumulate in TMEM. Composes the CUTLASS SM100 mainloop / epilogue collectives
 // (via their builders) with our persistent kernel (sm100_gemm_persistent.hpp) and launches it.
 //
+// Spec (builder_spec.hpp) names:
 //   ElementA/B     cutlass::bfloat16_t or cutlass::half_t (mm, Scale None), or
 //                  cutlass::float_e4m3_t (scaled_mm, Scale Tensorwise / Rowwise; tcgen05
 //                  kind::f8f6f4). A and B the same.
 //   ElementD       bf16 / fp16 / fp32
-//   AKMajor        A (M,K) row-major (K contiguous); else column-major (M contiguous)
-//   BKMajor        B (K,N) column-major (K contiguous); else row-major (N contiguous)
-//   MmaTileShape   the MMA tile (MmaM, N, K): Umma1Sm MmaM in {64, 128}, Umma2Sm MmaM in {128, 256};
+//   kAKMajor       A (M,K) row-major (K contiguous); else column-major (M contiguous)
+//   kBKMajor       B (K,N) column-major (K contiguous); else row-major (N contiguous)
+//   TileShape      the MMA tile (MmaM, N, K): Umma1Sm MmaM in {64, 128}, Umma2Sm MmaM in {128, 256};
 //                  the per-CTA tile (what the scheduler counts in) is MmaM / CTAs-per-MMA.
 //   ClusterShape   cute::Shape<_cm, _cn, _1>, equal to the schedule tag's cluster
 //   ScheduleTag    persistent_gemm::scheduler::PersistentSchedule<...>
-//   Style          Umma1Sm or Umma2Sm
-//   Stages         smem pipeline depth; 0 = as many as fit after the epilogue's smem
-//   Scale          ScaleMode::None, or for e4m3 Tensorwise (scale_a[0] * scale_b[0]) / Rowwise
+//   KernelStyle    Umma1Sm or Umma2Sm
+//   kStages        smem pipeline depth; 0 = as many as fit after the epilogue's smem
+//   kScale         ScaleMode::None, or for e4m3 Tensorwise (scale_a[0] * scale_b[0]) / Rowwise
 //                  (scale_a[m] * scale_b[n]): fp32 scales applied to the fp32 accumulator in the
 //                  epilogue (an EVT of CUTLASS's SM90 broadcast nodes, which the SM100 TMA
 //                  epilogue runs as its fusion callbacks), rounded once to ElementD.
@@ -41,6 +42,9 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/layout/matrix.h"
 
+#include "persistent_gemm/kernel/builder_common.hpp"
+#include "persistent_gemm/kernel/builder_spec.hpp"
+#include "persistent_gemm/kernel/sm100_builder_common.hpp"
 #include "persistent_gemm/kernel/sm100_gemm_persistent.hpp"
 #include "persistent_gemm/kernel/sm100_launch.hpp"
 #include "persistent_gemm/registry.h"
@@ -104,9 +108,14 @@ struct ScaleFusion<ElementD, ScaleMode::Rowwise, CtaTile> {
 };
 }  // namespace sm100_detail
 
-template <class ElementA, bool AKMajor, class ElementB, bool BKMajor, class ElementD, class MmaTileShape,
-          class ClusterShape, class ScheduleTag, class Style, int Stages, ScaleMode Scale = ScaleMode::None>
-struct Sm100Gemm {
+template <class Spec>
+struct Sm100Gemm : Sm100Host<Sm100Gemm<Spec>> {
+  PGEMM_SPEC_SCHEDULE_MEMBERS(Spec);
+  PGEMM_SPEC_OPERAND_MEMBERS(Spec);
+  PGEMM_SPEC_OUTPUT_MEMBERS(Spec);
+  PGEMM_SPEC_REQUIRE(Spec, kScale, "the epilogue's ScaleMode (None for mm)");
+  using MmaTileShape = TileShape;
+  static constexpr ScaleMode Scale = Spec::kScale;
   static_assert(std::is_same_v<ElementA, ElementB>, "A and B share a dtype");
   static constexpr bool kFp8 = std::is_same_v<ElementA, cutlass::float_e4m3_t>;
   static_assert(kFp8 || std::is_same_v<ElementA, cutlass::bfloat16_t> || std::is_same_v<ElementA, cutlass::half_t>,
@@ -149,10 +158,7 @@ struct Sm100Gemm {
 
   // Auto stages: fill what the epilogue leaves; the builder also reserves room for CUTLASS's
   // CLC scheduler, which our kernel does not use, so the estimate is conservative.
-  using StageCountType = std::conditional_t<
-      Stages == 0,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
+  using StageCountType = StageCountFor<Stages, static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm100, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB, LayoutB, kAlignB,
@@ -162,10 +168,7 @@ struct Sm100Gemm {
   static_assert(std::is_same_v<CtaTile, typename Kernel::CtaShape_MNK>, "the fusion's CTA tile is the mainloop's");
   using TileScheduler = typename Kernel::TileScheduler;  // per-CTA tile: what a schedule model must use
 
-  using StrideA = typename CollectiveMainloop::StrideA;
-  using StrideB = typename CollectiveMainloop::StrideB;
-  using StrideD = typename CollectiveEpilogue::StrideD;
-  using StrideC = typename CollectiveEpilogue::StrideC;
+  using Strides = Sm100Strides<CollectiveMainloop, CollectiveEpilogue>;
 
   // (rows, cols) of a 2-D operand -> CUTLASS (outer, inner, batch) stride with one dynamic
   // leading dimension; the batch stride is only nominal (L == 1).
@@ -186,17 +189,12 @@ struct Sm100Gemm {
     args.problem_shape = {a.m, a.n, a.k, 1};
     args.mainloop.ptr_A = static_cast<ElementA const*>(a.a);
     // A as (M, K): row-major -> stride (lda, 1); column-major -> stride (1, lda).
-    args.mainloop.dA = make_stride_2d<StrideA>(a.lda, AKMajor ? a.m : a.k);
+    args.mainloop.dA = make_stride_2d<typename Strides::A>(a.lda, AKMajor ? a.m : a.k);
     args.mainloop.ptr_B = static_cast<ElementB const*>(a.b);
     // B as CUTLASS (N, K): K-major (column-major K x N) -> (ldb, 1); N-major -> (1, ldb).
-    args.mainloop.dB = make_stride_2d<StrideB>(a.ldb, BKMajor ? a.n : a.k);
+    args.mainloop.dB = make_stride_2d<typename Strides::B>(a.ldb, BKMajor ? a.n : a.k);
     Fusion::set(args.epilogue.thread, a);
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = make_stride_2d<StrideC>(a.ldd, a.m);
-    args.epilogue.ptr_D = static_cast<ElementD*>(a.d);
-    args.epilogue.dD = make_stride_2d<StrideD>(a.ldd, a.m);
-    args.sm_count = a.sm_count;
-    args.max_workers = a.max_workers;
+    Sm100Host<Sm100Gemm>::set_output(args, a);
     return args;
   }
 
@@ -217,15 +215,7 @@ struct Sm100Gemm {
     return Kernel::can_implement(make_arguments(a));
   }
 
-  static void const* entry() { return reinterpret_cast<void const*>(&cutlass::device_kernel<Kernel>); }
-
-  static size_t workspace_bytes(GemmArgs const&) { return 0; }  // no split-K here
-
-  // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
-  static cudaError_t run(GemmArgs const& a, cudaStream_t stream) noexcept {
-    if (!can_implement(a)) return cudaErrorInvalidValue;
-    return launch_sm100_persistent<Kernel>(entry(), make_arguments(a), stream);
-  }
+  // entry(), workspace_bytes() and run(): Sm100Host.
 };
 
 }  // namespace persistent_gemm::kernel

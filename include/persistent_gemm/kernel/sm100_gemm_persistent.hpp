@@ -64,6 +64,8 @@
 #include "cute/atom/mma_atom.hpp"
 #include "cute/tensor.hpp"
 
+#include "persistent_gemm/generated/arch_limits.hpp"
+#include "persistent_gemm/kernel/persistent_kernel_types.hpp"
 #include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
 #include "persistent_gemm/scheduler/tile_scheduler.hpp"
 
@@ -94,19 +96,12 @@ CUTLASS_DEVICE void tcgen05_after_thread_sync() {
 template <class CollectiveMainloop_, class CollectiveEpilogue_, class ScheduleTag_, class Style_>
 class Sm100GemmPersistent {
  public:
-  using CollectiveMainloop = CollectiveMainloop_;
-  using CollectiveEpilogue = CollectiveEpilogue_;
-  using ScheduleTag = ScheduleTag_;
+  PGEMM_PERSISTENT_KERNEL_TYPES(CollectiveMainloop_, CollectiveEpilogue_, ScheduleTag_, Style_);
+  // TileShape is the MMA tile (MmaM, N, K); CtaShape_MNK below the per-CTA tile.
   static_assert(!ScheduleTag::ReducesK,
                 "split-K and stream-K schedules are walked by the scheduler but this kernel does not reduce K ranges yet "
                 "(KernelConfig.kernel_rejection says the same)");
-  using Style = Style_;
 
-  // (M, N, K, L), L = batch.
-  using ProblemShape = cute::Shape<int, int, int, int>;
-
-  using TileShape = typename CollectiveMainloop::TileShape;  // the MMA tile (MmaM, N, K)
-  using TiledMma = typename CollectiveMainloop::TiledMma;
   using ArchTag = typename CollectiveMainloop::ArchTag;
   using DispatchPolicy = typename CollectiveMainloop::DispatchPolicy;
   using ClusterShape = typename DispatchPolicy::ClusterShape;
@@ -191,7 +186,10 @@ class Sm100GemmPersistent {
     } tensors;
   };
   static constexpr int SharedStorageSize = sizeof(SharedStorage);
-  static_assert(SharedStorageSize <= cutlass::arch::sm100_smem_capacity_bytes, "smem over capacity");
+  static_assert(arch_limits::sm100a::kSmemBytes == cutlass::arch::sm100_smem_capacity_bytes,
+                "archs.py's sm100a smem_bytes is CUTLASS's SM100 capacity (its builders size stages by that)");
+  static_assert(SharedStorageSize <= arch_limits::sm100a::kSmemBytes,
+                "shared storage exceeds the 227 KB SM100 opt-in limit; lower Stages");
 
   struct Arguments {
     ProblemShape problem_shape{};

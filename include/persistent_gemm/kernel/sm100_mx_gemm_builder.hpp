@@ -2,12 +2,14 @@
 //
 //   D(M,N) = (A . 2^SFA)(M,K) @ (B . 2^SFB)(K,N), fp32 accumulate in TMEM, D row-major.
 //
+// Sm100MxGemm<Spec>, Spec (builder_spec.hpp) naming:
 //   ElementB       cutlass::float_e4m3_t (mxfp8) or cutlass::float_e2m1_t (FP8 x FP4); A is e4m3
-//   MmaTileShape   the MMA tile (MmaM, N, 128): Umma1Sm MmaM = 128, Umma2Sm MmaM = 256
+//   ElementD       D's element
+//   TileShape      the MMA tile (MmaM, N, 128): Umma1Sm MmaM = 128, Umma2Sm MmaM = 256
 //   ClusterShape   cute::Shape<_cm, _cn, _1>, equal to the schedule tag's cluster
 //   ScheduleTag    persistent_gemm::scheduler::PersistentSchedule<...>
-//   Style          Umma1Sm or Umma2Sm
-//   Stages         smem pipeline depth; 0 = as many as fit after the epilogue's smem
+//   KernelStyle    Umma1Sm or Umma2Sm
+//   kStages        smem pipeline depth; 0 = as many as fit after the epilogue's smem
 //
 // The instruction is tcgen05.mma.kind::mxf8f6f4.block_scale (e4m3 x e4m3 or e4m3 x e2m1, one
 // ue8m0 per 32 K-elements on each side; UTCQMMA in SASS). Composition, as Sm100Gemm does:
@@ -43,6 +45,10 @@
 #include "cutlass/layout/matrix.h"
 #include "cutlass/numeric_types.h"
 
+#include "persistent_gemm/generated/arch_limits.hpp"
+#include "persistent_gemm/kernel/builder_common.hpp"
+#include "persistent_gemm/kernel/builder_spec.hpp"
+#include "persistent_gemm/kernel/sm100_builder_common.hpp"
 #include "persistent_gemm/kernel/sm100_gemm_persistent.hpp"
 #include "persistent_gemm/kernel/sm100_launch.hpp"
 #include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
@@ -50,12 +56,14 @@
 
 namespace persistent_gemm::kernel {
 
-template <class ElementB_, class ElementD_, class MmaTileShape, class ClusterShape, class ScheduleTag, class Style,
-          int Stages>
-struct Sm100MxGemm {
+template <class Spec>
+struct Sm100MxGemm : Sm100Host<Sm100MxGemm<Spec>> {
+  PGEMM_SPEC_SCHEDULE_MEMBERS(Spec);
+  PGEMM_SPEC_OUTPUT_MEMBERS(Spec);
+  PGEMM_SPEC_REQUIRE(Spec, ElementB, "the weight's element: float_e4m3_t or float_e2m1_t");
   using ElementA = cutlass::float_e4m3_t;
-  using ElementB = ElementB_;
-  using ElementD = ElementD_;
+  using ElementB = typename Spec::ElementB;
+  using MmaTileShape = TileShape;
   static constexpr bool kE2m1 = std::is_same_v<ElementB, cutlass::float_e2m1_t>;
   static_assert(kE2m1 || std::is_same_v<ElementB, cutlass::float_e4m3_t>, "ElementB: float_e4m3_t or float_e2m1_t");
   static_assert(Stages == 0 || Stages >= 2, "Stages: 0 (auto) or >= 2");
@@ -64,10 +72,13 @@ struct Sm100MxGemm {
   static_assert(k2Sm || std::is_same_v<Style, Umma1Sm>, "Style must be Umma1Sm or Umma2Sm");
   static constexpr int kMmaM = cute::size<0>(MmaTileShape{});
   static constexpr int kMmaN = cute::size<1>(MmaTileShape{});
-  static_assert(cute::size<2>(MmaTileShape{}) == sm100_mx::kTileK,
+  using Limits = arch_limits::sm100a;
+  static_assert(sm100_mx::kTileK == Limits::kMxTileK && sm100_mx::kTileN == Limits::kMxTileN,
+                "sm100_tile_mapping.hpp's host rules use archs.py's MX tile");
+  static_assert(cute::size<2>(MmaTileShape{}) == Limits::kMxTileK,
                 "SM100 MX kernels need tile_k = 128 (FP4 smem containers, one scale-atom column per K tile)");
   static_assert(kMmaM == (k2Sm ? 256 : 128), "SM100 MX: MMA tile_m is 128 (1sm) or 256 (2sm)");
-  static_assert(kMmaN == sm100_mx::kTileN,
+  static_assert(kMmaN == Limits::kMxTileN,
                 "SM100 MX: tile_n must be 128 (256 forces overlapping TMEM accumulators, 64/192 per-tile SFB shifts)");
 
   // The element pairs CUTLASS's block-scaled builder keys on: data type + ue8m0 per 32 K.
@@ -93,10 +104,7 @@ struct Sm100MxGemm {
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator,
       void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD, EpilogueSchedule>::CollectiveOp;
 
-  using StageCountType = std::conditional_t<
-      Stages == 0,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
+  using StageCountType = StageCountFor<Stages, static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm100, cutlass::arch::OpClassBlockScaledTensorOp, ElementPairA, LayoutA, kAlignA,
@@ -108,21 +116,8 @@ struct Sm100MxGemm {
   using Kernel = Sm100GemmPersistent<CollectiveMainloop, CollectiveEpilogue, ScheduleTag, Style>;
   using TileScheduler = typename Kernel::TileScheduler;
 
-  using StrideA = typename CollectiveMainloop::StrideA;
-  using StrideB = typename CollectiveMainloop::StrideB;
-  using StrideD = typename CollectiveEpilogue::StrideD;
-  using StrideC = typename CollectiveEpilogue::StrideC;
+  using Strides = Sm100Strides<CollectiveMainloop, CollectiveEpilogue>;
   using BlkScaledConfig = typename CollectiveMainloop::Sm1xxBlkScaledConfig;
-
-  template <class Stride>
-  static Stride row_stride(int64_t ld, int64_t rows) {
-    static_assert(cute::is_static_v<std::remove_cv_t<std::remove_reference_t<decltype(cute::get<1>(Stride{}))>>>,
-                  "K-major (N-contiguous) strides expected");
-    Stride s{};
-    cute::get<0>(s) = ld;
-    cute::get<2>(s) = ld * rows;
-    return s;
-  }
 
   static typename Kernel::Arguments make_arguments(GemmArgs const& g) {
     typename Kernel::Arguments args;
@@ -130,22 +125,17 @@ struct Sm100MxGemm {
     args.problem_shape = problem;
     // Every operand has K (D: N) contiguous: the strides are (row stride, 1, batch stride).
     args.mainloop.ptr_A = static_cast<ElementA const*>(g.a);
-    args.mainloop.dA = row_stride<StrideA>(g.lda, g.m);
+    args.mainloop.dA = sm100_row_stride<typename Strides::A>(g.lda, g.m);
     args.mainloop.ptr_B = static_cast<ElementB const*>(g.b);
     // GemmArgs' ldb counts bytes of the packed storage; CUTLASS counts elements.
-    args.mainloop.dB = row_stride<StrideB>(kE2m1 ? 2 * g.ldb : g.ldb, g.n);
+    args.mainloop.dB = sm100_row_stride<typename Strides::B>(kE2m1 ? 2 * g.ldb : g.ldb, g.n);
     args.mainloop.ptr_SFA = static_cast<ElementSF const*>(g.scale_a);
     args.mainloop.layout_SFA = BlkScaledConfig::tile_atom_to_shape_SFA(problem);
     args.mainloop.ptr_SFB = static_cast<ElementSF const*>(g.scale_b);
     args.mainloop.layout_SFB = BlkScaledConfig::tile_atom_to_shape_SFB(problem);
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = row_stride<StrideC>(g.ldd, g.m);
-    args.epilogue.ptr_D = static_cast<ElementD*>(g.d);
-    args.epilogue.dD = row_stride<StrideD>(g.ldd, g.m);
-    args.sm_count = g.sm_count;
-    args.max_workers = g.max_workers;
+    Sm100Host<Sm100MxGemm>::set_output(args, g);
     return args;
   }
 
@@ -165,15 +155,7 @@ struct Sm100MxGemm {
     return Kernel::can_implement(make_arguments(g));
   }
 
-  static void const* entry() { return reinterpret_cast<void const*>(&cutlass::device_kernel<Kernel>); }
-
-  static size_t workspace_bytes(GemmArgs const&) { return 0; }  // no split-K here
-
-  // Never throws; cudaErrorInvalidValue for a problem this instantiation cannot run.
-  static cudaError_t run(GemmArgs const& g, cudaStream_t stream) noexcept {
-    if (!can_implement(g)) return cudaErrorInvalidValue;
-    return launch_sm100_persistent<Kernel>(entry(), make_arguments(g), stream);
-  }
+  // entry(), workspace_bytes() and run(): Sm100Host.
 };
 
 }  // namespace persistent_gemm::kernel

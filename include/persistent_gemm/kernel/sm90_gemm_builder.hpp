@@ -1,7 +1,8 @@
 // Type builder + host runner for the persistent SM90 GEMM.
 //
-//   persistent_gemm::kernel::Sm90Gemm<ElementA, AKMajor, ElementB, BKMajor, ElementD, TileShape,
-//       ClusterShape, ScheduleTag, Style, Stages, Scale, TmaStore, Accum, SwapAB>::run(GemmArgs const&, stream)
+//   persistent_gemm::kernel::Sm90Gemm<Spec>::run(GemmArgs const&, stream), Spec (builder_spec.hpp)
+//   naming ElementA, kAKMajor, ElementB, kBKMajor, ElementD, TileShape, ClusterShape, ScheduleTag,
+//   KernelStyle, kStages, kScale, kTmaStore, Accumulation and kSwapAB.
 //
 // D(M,N) = scale * A(M,K) @ B(K,N), fp32 accumulation, D row-major with leading dimension ldd.
 //   A: row-major (M,K) when AKMajor, else column-major.  B: column-major (K,N) when BKMajor,
@@ -37,6 +38,9 @@
 
 #include "persistent_gemm/collective/sm90_fp8_promoted_mma.hpp"
 #include "persistent_gemm/epilogue/sm90_tma_fusion.hpp"
+#include "persistent_gemm/generated/arch_limits.hpp"
+#include "persistent_gemm/kernel/builder_common.hpp"
+#include "persistent_gemm/kernel/builder_spec.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
 #include "persistent_gemm/kernel/split_nonce.hpp"
@@ -59,30 +63,23 @@ template <class TileShape, bool Coop>
 constexpr int accumulator_registers() {
   return int(cute::size<0>(TileShape{}) * cute::size<1>(TileShape{})) / (Coop ? 256 : 128);
 }
-// Registers a consumer may spend on accumulators (of its 232), the rest being addressing and
-// pipeline state; mirrored by config_rules.py's rejection rules so Python refuses such a tile first.
-constexpr int kAccumulatorRegisterBudget = 192;
+// Registers a consumer may spend on accumulators: archs.py's limit, which config_rules.py's
+// rejection reads too, so Python refuses such a tile first.
+constexpr int kAccumulatorRegisterBudget = arch_limits::sm90a::kAccumulatorRegisterBudget;
 
-// tag -> selector -> CUTLASS kernel schedule of the mainloop collective. The plain schedules
-// serve 16-bit operands and, with FP8 operands, select CUTLASS's promoting FP8 collective
-// (which Sm90Gemm then wraps); the FastAccum ones exist for FP8 only (asserted in Sm90Gemm).
+// tag -> selector -> CUTLASS kernel schedule of the mainloop collective, one per (style,
+// accumulation). The plain schedules serve 16-bit operands and, with FP8 operands, select
+// CUTLASS's promoting FP8 collective (which Sm90Gemm then wraps); the FastAccum ones exist for
+// FP8 only (asserted in Sm90Gemm).
 template <class Style, class Accum>
-struct MainloopSelector;
-template <>
-struct MainloopSelector<Cooperative, AccumPromoted> {
-  using type = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
-};
-template <>
-struct MainloopSelector<PingPong, AccumPromoted> {
-  using type = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-};
-template <>
-struct MainloopSelector<Cooperative, AccumFast> {
-  using type = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
-};
-template <>
-struct MainloopSelector<PingPong, AccumFast> {
-  using type = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum;
+struct MainloopSelector {
+  template <class Coop, class PingPong_>
+  using ByStyle = std::conditional_t<std::is_same_v<Style, Cooperative>, Coop, PingPong_>;
+  using type = std::conditional_t<
+      std::is_same_v<Accum, AccumFast>,
+      ByStyle<cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
+              cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum>,
+      ByStyle<cutlass::gemm::KernelTmaWarpSpecializedCooperative, cutlass::gemm::KernelTmaWarpSpecializedPingpong>>;
 };
 
 // Shared memory the kernel needs besides the mainloop ring: the epilogue's buffers and
@@ -94,10 +91,18 @@ constexpr int kernel_carveout_bytes() {
 
 }  // namespace sm90_detail
 
-template <class ElementA, bool AKMajor, class ElementB, bool BKMajor, class ElementD, class TileShape,
-          class ClusterShape, class ScheduleTag, class Style, int Stages, persistent_gemm::ScaleMode Scale,
-          bool TmaStore, class Accum = AccumPromoted, bool SwapAB = false>
+template <class Spec>
 struct Sm90Gemm {
+  PGEMM_SPEC_SCHEDULE_MEMBERS(Spec);
+  PGEMM_SPEC_OPERAND_MEMBERS(Spec);
+  PGEMM_SPEC_OUTPUT_MEMBERS(Spec);
+  PGEMM_SPEC_REQUIRE(Spec, kScale, "the epilogue's ScaleMode");
+  PGEMM_SPEC_REQUIRE(Spec, kTmaStore, "bool: TMA-store epilogue, else predicated stores");
+  PGEMM_SPEC_REQUIRE(Spec, Accumulation, "AccumPromoted or AccumFast");
+  PGEMM_SPEC_REQUIRE(Spec, kSwapAB, "bool: the weight as A, D written transposed");
+  using Accum = typename Spec::Accumulation;
+  static constexpr bool TmaStore = Spec::kTmaStore, SwapAB = Spec::kSwapAB;
+  static constexpr persistent_gemm::ScaleMode Scale = Spec::kScale;
   static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static constexpr bool kFp8 = cutlass::sizeof_bits<ElementA>::value == 8;
   static_assert(cutlass::sizeof_bits<ElementA>::value == cutlass::sizeof_bits<ElementB>::value,
@@ -110,9 +115,9 @@ struct Sm90Gemm {
                 "fast accumulation is an FP8 mainloop option; 16-bit operands always accumulate in fp32");
   static_assert(!SwapAB || !TmaStore, "swap-AB writes D transposed: use the predicated epilogue (TmaStore = false)");
   static_assert(!SwapAB || (AKMajor && BKMajor), "swap-AB takes the weight and the activations K-major");
-  static_assert(!ScheduleTag::ReducesK || !TmaStore,
-                "split-K / stream-K: partial units skip the epilogue, which the stateless predicated epilogue allows "
-                "(TmaStore = false)");
+  static_assert(ScheduleTag::SplitK == 1 || !TmaStore,
+                "split-K: the decode kernels' partial units skip a predicated epilogue (TmaStore = false); "
+                "stream-K keeps the TMA store (its roles step the epilogue states past a partial piece)");
   static constexpr bool kPromotedFp8 = kFp8 && std::is_same_v<Accum, AccumPromoted>;
   static_assert(!kPromotedFp8 || 3 * sm90_detail::accumulator_registers<TileShape, kCooperative>() <=
                                      sm90_detail::kAccumulatorRegisterBudget,
@@ -129,10 +134,7 @@ struct Sm90Gemm {
   using CollectiveEpilogue = typename EpilogueSel::Collective;
 
   using MainloopSchedule = typename sm90_detail::MainloopSelector<Style, Accum>::type;
-  using StageCount = std::conditional_t<
-      Stages == 0,
-      cutlass::gemm::collective::StageCountAutoCarveout<sm90_detail::kernel_carveout_bytes<CollectiveEpilogue>()>,
-      cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
+  using StageCount = StageCountFor<Stages, sm90_detail::kernel_carveout_bytes<CollectiveEpilogue>()>;
 
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB, LayoutB, kAlignB,

@@ -47,6 +47,8 @@
 #include "cutlass/pipeline/pipeline.hpp"
 
 #include "persistent_gemm/kernel/cluster_launch.hpp"
+#include "persistent_gemm/generated/arch_limits.hpp"
+#include "persistent_gemm/kernel/persistent_kernel_types.hpp"
 #include "persistent_gemm/scheduler/tile_scheduler.hpp"
 
 namespace persistent_gemm::kernel {
@@ -57,19 +59,13 @@ struct PingPong {};
 template <class CollectiveMainloop_, class CollectiveEpilogue_, class ScheduleTag_, class Style_>
 class Sm90GemmPersistent {
  public:
-  using CollectiveMainloop = CollectiveMainloop_;
-  using CollectiveEpilogue = CollectiveEpilogue_;
-  using ScheduleTag = ScheduleTag_;
+  PGEMM_PERSISTENT_KERNEL_TYPES(CollectiveMainloop_, CollectiveEpilogue_, ScheduleTag_, Style_);
   static constexpr int kSplitK = ScheduleTag::SplitK;
   static constexpr bool kStreamK = ScheduleTag::StreamK;
   static constexpr bool kReducesK = ScheduleTag::ReducesK;  // some unit may hold part of a tile's K
-  using Style = Style_;
   static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static_assert(kCooperative || std::is_same_v<Style, PingPong>, "Style must be Cooperative or PingPong");
 
-  using ProblemShape = cute::Shape<int, int, int, int>;  // (M, N, K, L); L is always 1 here
-  using TileShape = typename CollectiveMainloop::TileShape;
-  using TiledMma = typename CollectiveMainloop::TiledMma;
   using ClusterShape = typename CollectiveMainloop::DispatchPolicy::ClusterShape;
   using ElementA = typename CollectiveMainloop::ElementA;
   using ElementB = typename CollectiveMainloop::ElementB;
@@ -150,7 +146,8 @@ class Sm90GemmPersistent {
     } pipelines;
   };
   static constexpr int SharedStorageSize = int(sizeof(SharedStorage));
-  static_assert(SharedStorageSize <= 232448, "shared storage exceeds the 227 KB SM90 opt-in limit; lower Stages");
+  static_assert(SharedStorageSize <= arch_limits::sm90a::kSmemBytes,
+                "shared storage exceeds the 227 KB SM90 opt-in limit; lower Stages");
 
   // ---- host interface ------------------------------------------------------------------------
   struct Arguments {

@@ -2,8 +2,8 @@
 // mxfp8_mm and fp8_fp4_mm with both block scales folded into bf16 operands, no promotion; and
 // weight_only_mm, whose bf16 activations need no folding.
 //
-//   persistent_gemm::kernel::Sm90MxBf16Gemm<OperandX, ElementD, TileShape, ClusterShape,
-//       ScheduleTag, Style, Stages, OperandA>::run(GemmArgs const&, stream)
+//   persistent_gemm::kernel::Sm90MxBf16Gemm<Spec>::run(GemmArgs const&, stream), Spec (builder_spec.hpp)
+//   naming OperandX, OperandA, ElementD, TileShape, ClusterShape, ScheduleTag, KernelStyle and kStages.
 //
 // Always swap-AB: GemmArgs' a/m are the weight (X, K-major MX bytes, blocked scales) and b/n
 // the activations (OperandA: e4m3, K-major, scales blocked or plain rows when ld_scale_b > 0;
@@ -26,6 +26,7 @@
 #include "persistent_gemm/epilogue/sm90_predicated_epilogue.hpp"
 #include "persistent_gemm/host/mx_bf16_prepass.cuh"
 #include "persistent_gemm/kernel/activation_tags.hpp"
+#include "persistent_gemm/kernel/builder_spec.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
 #include "persistent_gemm/kernel/sm90_mx_gemm_builder.hpp"  // sm90_mx_detail's shared-memory budget
@@ -69,10 +70,13 @@ inline Workspace carve(GemmArgs const& g) {
 
 }  // namespace sm90_mx_bf16_detail
 
-template <class OperandX, class ElementD, class TileShape, class ClusterShape, class ScheduleTag, class Style,
-          int Stages, class OperandA = ActivationsE4m3>
+template <class Spec>
 struct Sm90MxBf16Gemm {
-  static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
+  PGEMM_SPEC_SCHEDULE_MEMBERS(Spec);
+  PGEMM_SPEC_OUTPUT_MEMBERS(Spec);
+  PGEMM_SPEC_SM90_MX_MEMBERS(Spec, "the weight's bytes: MxOperandE4m3 or MxOperandE2m1");
+  PGEMM_SPEC_REQUIRE(Spec, OperandA, "the activations: ActivationsE4m3 or ActivationsBf16");
+  using OperandA = typename Spec::OperandA;
   static constexpr bool kE2m1 = std::is_same_v<OperandX, collective::MxOperandE2m1>;
   static constexpr bool kBf16A = std::is_same_v<OperandA, ActivationsBf16>;
   static_assert(kBf16A || std::is_same_v<OperandA, ActivationsE4m3>, "OperandA: ActivationsE4m3 or ActivationsBf16");

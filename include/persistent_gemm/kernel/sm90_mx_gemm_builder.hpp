@@ -1,7 +1,7 @@
 // Type builder + host runner for the SM90 MX (block-scaled) GEMMs: mxfp8_mm and fp8_fp4_mm.
 //
-//   persistent_gemm::kernel::Sm90MxGemm<OperandX, ElementD, TileShape, ClusterShape, ScheduleTag,
-//       Style, Stages, SwapAB>::run(GemmArgs const&, stream)
+//   persistent_gemm::kernel::Sm90MxGemm<Spec>::run(GemmArgs const&, stream), Spec (builder_spec.hpp)
+//   naming OperandX, ElementD, TileShape, ClusterShape, ScheduleTag, KernelStyle, kStages and kSwapAB.
 //
 // The kernel computes C(M', N') = X(M', K) . Y(N', K)^T with 1x32 e8m0 scales on both operands
 // (collective/sm90_mx_block_scaled_mma.hpp), K contiguous in both; GemmArgs' a/b are X/Y and
@@ -26,6 +26,8 @@
 
 #include "persistent_gemm/collective/sm90_mx_block_scaled_mma.hpp"
 #include "persistent_gemm/epilogue/sm90_predicated_epilogue.hpp"
+#include "persistent_gemm/generated/arch_limits.hpp"
+#include "persistent_gemm/kernel/builder_spec.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
 #include "persistent_gemm/registry.h"
@@ -34,9 +36,9 @@ namespace persistent_gemm::kernel {
 
 namespace sm90_mx_detail {
 
-// Accumulator registers a consumer thread may hold (mirrors config_rules.py's budget rule).
-constexpr int kAccumulatorRegisterBudget = 192;
-constexpr int kSmemBytes = 232448;     // SM90 opt-in dynamic shared memory
+// archs.py's limits (config_rules.py's budget rule reads the same).
+constexpr int kAccumulatorRegisterBudget = arch_limits::sm90a::kAccumulatorRegisterBudget;
+constexpr int kSmemBytes = arch_limits::sm90a::kSmemBytes;  // opt-in dynamic shared memory
 constexpr int kKernelCarveout = 1024;  // barriers, ordering barriers, section padding
 constexpr int kMaxStages = 16;
 
@@ -61,10 +63,13 @@ constexpr int auto_stages() {
 
 }  // namespace sm90_mx_detail
 
-template <class OperandX, class ElementD, class TileShape, class ClusterShape, class ScheduleTag, class Style,
-          int Stages, bool SwapAB>
+template <class Spec>
 struct Sm90MxGemm {
-  static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
+  PGEMM_SPEC_SCHEDULE_MEMBERS(Spec);
+  PGEMM_SPEC_OUTPUT_MEMBERS(Spec);
+  PGEMM_SPEC_SM90_MX_MEMBERS(Spec, "the MMA's A side: MxOperandE4m3, MxOperandE2m1 or MxOperandE2m1Fold");
+  PGEMM_SPEC_REQUIRE(Spec, kSwapAB, "bool: X is the weight, D written transposed");
+  static constexpr bool SwapAB = Spec::kSwapAB;
   static constexpr bool kE2m1 = std::is_same_v<OperandX, collective::MxOperandE2m1> ||
                                 std::is_same_v<OperandX, collective::MxOperandE2m1Fold>;
   static_assert(kE2m1 || std::is_same_v<OperandX, collective::MxOperandE4m3>,
@@ -73,6 +78,8 @@ struct Sm90MxGemm {
                                         "(KernelConfig.kernel_rejection says the same)");
   static_assert(!kE2m1 || SwapAB, "e2m1 weights are converted in registers, which only the MMA's A side allows: "
                                   "FP8 x FP4 kernels must be swap-AB (the weight as X)");
+  static_assert(cute::size<2>(TileShape{}) == arch_limits::sm90a::kMxTileK,
+                "MX kernels need tile_k = 128 (four 1x32 scale blocks, one blocked-layout atom column)");
   static constexpr int kAccRegs = int(cute::size<0>(TileShape{}) * cute::size<1>(TileShape{})) / (kCooperative ? 256 : 128);
   static_assert(3 * kAccRegs <= sm90_mx_detail::kAccumulatorRegisterBudget,
                 "MX promotion holds an fp32 accumulator and two in-flight temporaries: 3 x the tile's accumulator "

@@ -44,6 +44,7 @@
 #include "cutlass/numeric_conversion.h"
 #include "cutlass/numeric_types.h"
 
+#include "persistent_gemm/generated/arch_limits.hpp"
 #include "persistent_gemm/collective/mx_block_scales.hpp"
 #include "persistent_gemm/kernel/activation_tags.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
@@ -68,7 +69,7 @@ constexpr int kChunkBytes = 256;    // weight bytes per row per work unit
 constexpr int kConsumerWarps = kStripRows / 16;
 constexpr int kProducerWarp = kConsumerWarps, kScaleWarp = kConsumerWarps + 1;
 constexpr int kThreads = (kConsumerWarps + 2) * 32;
-constexpr int kSmemBytes = 232448;  // SM90 opt-in dynamic shared memory per CTA
+constexpr int kSmemBytes = arch_limits::sm90a::kSmemBytes;  // SM90 opt-in dynamic shared memory per CTA
 constexpr int kSmemPerSm = 233472;  // SM90 shared memory per SM; each resident CTA reserves 1 KB
 constexpr int kMaxStages = 6;
 
