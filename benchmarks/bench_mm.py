@@ -65,11 +65,19 @@ def copies_for(nbytes: int) -> int:
     return max(2, min(16, math.ceil(2 * l2 / max(nbytes, 1)) + 1))
 
 
-def time_interleaved(fns: dict, inputs, warmup: int, iters: int) -> dict:
+#: GPU clock cycles of the spin queued before each timed call in kernel-time mode (~100 us):
+#: longer than any contender's host work, so the call's kernels are queued before the start
+#: event runs and the events bracket GPU time alone.
+SPIN_CYCLES = 200_000
+
+
+def time_interleaved(fns: dict, inputs, warmup: int, iters: int, kernel_time: bool = False) -> dict:
     """Median ms per call of each fn, timed round-robin: iteration i runs every fn once, so all
     of them meet the same clocks and temperature (an H200 under GEMM load drifts by 10% over
     seconds, which timing one fn after the other turns into a bias). A fn that raises during
-    warm-up (cuBLAS refusing a shape) gets NaN."""
+    warm-up (cuBLAS refusing a shape) gets NaN. ``kernel_time``: a GPU spin before the start
+    event hides the host's launch work, so a call costs its kernels' time (and the gaps between
+    them), not its Python and dispatcher time; without it an idle GPU waits for the launch."""
     live, out = {}, {}
     for label, fn in fns.items():
         try:
@@ -85,6 +93,8 @@ def time_interleaved(fns: dict, inputs, warmup: int, iters: int) -> dict:
         args = inputs[i % len(inputs)]
         for label, fn in live.items():
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if kernel_time:
+                torch.cuda._sleep(SPIN_CYCLES)
             start.record()
             fn(*args)
             end.record()
@@ -163,7 +173,7 @@ def built_configs(op: str) -> list[str]:
                    if f"_{kind}_" in k["config"] and (fast or not k.get("fast_accum", False))})
 
 
-def sweep(op: str, suite, warmup: int, iters: int, out: Path) -> None:
+def sweep(op: str, suite, warmup: int, iters: int, out: Path, kernel_time: bool = False) -> None:
     """Every built config of the op's dtype forced on every shape: measured vs the model."""
     rows = []
     ours, configs = peers(op)["ours"], built_configs(op)
@@ -173,7 +183,7 @@ def sweep(op: str, suite, warmup: int, iters: int, out: Path) -> None:
             kinds = explain_kinds(op)
             picked = pg.explain(m, n, k, out_dtype="bf16", **kinds).config
             times = time_interleaved({cfg: (lambda *a, cfg=cfg: ours(*a, config=cfg)) for cfg in configs},
-                                     inputs, warmup, iters)
+                                     inputs, warmup, iters, kernel_time)
             for cfg in configs:
                 forced = pg.explain(m, n, k, out_dtype="bf16", config=cfg, **kinds)
                 ms = times[cfg]
@@ -228,6 +238,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--sweep", action="store_true", help="also time every built config on every shape")
+    ap.add_argument("--kernel-time", action="store_true",
+                    help="time the GPU work alone (a spin hides each call's host launch work; see time_interleaved)")
     ap.add_argument("--overhead", action="store_true", help="also measure host time per call")
     ap.add_argument("--cutlass-peer", action="store_true", help="also time stock CUTLASS (bf16 mm)")
     args = ap.parse_args()
@@ -246,7 +258,7 @@ def main() -> int:
         if sweep_path.exists():
             sweep_path.unlink()
         for op in args.ops.split(","):
-            sweep(op, suite, args.warmup, args.iters, out)
+            sweep(op, suite, args.warmup, args.iters, out, args.kernel_time)
     rows = []
     for op in args.ops.split(","):
         for group, shapes in suite.items():
@@ -255,7 +267,7 @@ def main() -> int:
                 fns = peers(op)
                 if peer_cutlass is not None and OPS[op][0] == "bf16":
                     fns["cutlass"] = lambda a, b: peer_cutlass.mm(a, b, 8)
-                res = time_interleaved(fns, inputs, args.warmup, args.iters)
+                res = time_interleaved(fns, inputs, args.warmup, args.iters, args.kernel_time)
                 cutlass_ms = res.pop("cutlass", float("nan"))
                 ours, (peer_name, peer) = res["ours"], [(k_, v) for k_, v in res.items() if k_ != "ours"][0]
                 flops = 2.0 * m * n * k
@@ -272,7 +284,9 @@ def main() -> int:
                       flush=True)
                 del inputs
     write_csv(out.with_suffix(".csv"), rows)
-    lines = [f"GPU: {gpu}; medians of {args.iters} CUDA-event timings per call, ours and the peer interleaved, "
+    lines = [f"GPU: {gpu}; medians of {args.iters} CUDA-event timings per call"
+             + (" (kernel time: host launch work hidden behind a GPU spin)" if args.kernel_time else " (host launch included)")
+             + ", ours and the peer interleaved, "
              f"after {args.warmup} warm-up calls", "",
              "Each row compares like with like: same inputs, bf16 output, same accumulation mode "
              "(`accum`: fp32 for bf16 mm; FP8 `promoted` = use_fast_accum=False on both sides, `fast` = True on both).",
