@@ -71,6 +71,13 @@ constexpr double kCopyLaunchUs = 6.0;          // one extra copy (pad_m), mostly
 // Split-K: the reducer's flag round trip through L2 after the slowest partial, and the partials'
 // stores and loads around it. A prior, not yet fitted to a sweep.
 constexpr double kSplitFixupUs = 2.0;
+// Stream-K: a fixed cost beside the split fix-up's, fitted to the H200 sweep (kernel time,
+// benchmarks/results/issue27/h200_kt_sweep.csv): each stream-K kernel ran 6-8 us behind its
+// data-parallel twin where its tail saved nothing (2048^3, 4096^3, decode rows), in its second
+// piece per worker, the partials' stores and loads and the reducers' waits. Not yet priced: at
+// long K (8192x8192x28672) the tail's workers run far apart in K, lose the wave's L2 reuse, and
+// ran 5% behind the twin where this model expects 3% ahead.
+constexpr double kStreamKFixedUs = 5.0;
 // Stream-K's tail gives a worker at least this many K-tiles (scheduler::kStreamKMinIters).
 constexpr int64_t kStreamKMinIters = scheduler::kStreamKMinIters;
 // The MX decode GEMV (KernelStyle::Gemv): a weight stream at the copy rate, plus a fixed cost
@@ -159,7 +166,7 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   e.l2_us = l2_bytes / c.l2_bytes_per_us;
   // The zero-fill occupies the TMA unit that also feeds the loads: it adds to any bound.
   e.us = std::max({e.mma_us, e.dram_us + kL2ShareOfDram * e.l2_us, e.l2_us}) + e.oob_us + c.launch_us +
-         (splits > 1 || sk_slots > 0 ? kSplitFixupUs : 0.0);
+         (splits > 1 || sk_slots > 0 ? kSplitFixupUs : 0.0) + (sk_slots > 0 ? kStreamKFixedUs : 0.0);
   if (pad_m) e.us += kCopyLaunchUs + 2.0 * double(r.m * r.k * ea) / c.dram_bytes_per_us;
   return e;
 }

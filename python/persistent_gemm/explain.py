@@ -194,3 +194,26 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     if render is not None:
         dec.render(render)
     return dec
+
+
+#: bench_mm.py's ops as explain() spells their problems (its OPS table: input kind and accumulation).
+SWEEP_OPS = {"mm": dict(dtype="bf16", scale="none"),
+             "scaled_mm": dict(dtype="e4m3", scale="tensor", use_fast_accum=False),
+             "scaled_mm_fast": dict(dtype="e4m3", scale="tensor", use_fast_accum=True)}
+
+
+def choice_table(sweep_rows, *, sm_count: int, arch: str = "sm90a") -> list[dict]:
+    """The cost model's choice against a measured sweep (``bench_mm.py --sweep`` rows: op, m, n, k,
+    config, ms): per (op, shape) the config :func:`explain` picks now, the fastest one measured,
+    and the ratio of their measured times (1.0: the model chose the fastest). A choice the sweep
+    did not time (not built there) has ratio NaN."""
+    shapes: dict = {}
+    for r in sweep_rows:
+        shapes.setdefault((r["op"], int(r["m"]), int(r["n"]), int(r["k"])), {})[r["config"]] = float(r["ms"])
+    out = []
+    for (op, m, n, k), times in shapes.items():
+        chosen = explain(m, n, k, out_dtype="bf16", arch=arch, sm_count=sm_count, **SWEEP_OPS[op]).config
+        best = min(times, key=times.get)
+        out.append({"op": op, "m": m, "n": n, "k": k, "chosen": chosen, "best": best,
+                    "ratio": times[chosen] / times[best] if chosen in times else float("nan")})
+    return out

@@ -1,0 +1,49 @@
+"""The cost model against a measured sweep (issue 27): on every shape of the committed H200
+sweep (bench_mm.py --sweep --kernel-time: every built bf16 and e4m3 config forced, kernel time),
+the config the dispatcher picks now must run within 3% of the fastest one measured, but for the
+rows named below with the reason the model misses them. Asked without a GPU: the same C++
+the ops run, against the numbers in the file (benchmarks/choice_table.py prints the table)."""
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+
+import persistent_gemm as pg
+from persistent_gemm.explain import choice_table
+
+SWEEP = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "issue27" / "h200_kt_sweep.csv"
+
+#: Rows the model is known to miss by more than 3%, with the measured ratio it must not exceed.
+KNOWN_MISSES = {
+    # Stream-K at long K: the tail's workers run far apart in K and lose the wave's L2 reuse,
+    # which the model does not price (cost_model.cpp, kStreamKFixedUs): 5.3% slower than the twin.
+    ("mm", 8192, 8192, 28672): 1.06,
+    # Ragged e4m3 1000x3000x5000: the 128x64 ping-pong tile's estimate ties the cooperative one's.
+    ("scaled_mm", 1000, 3000, 5000): 1.05,
+}
+
+
+def _sweep_configs_built() -> bool:
+    if not pg.extension_available() or "sm90a" not in pg.built_archs():
+        return False
+    with open(SWEEP) as f:
+        timed = {r["config"] for r in csv.DictReader(f)}
+    return timed <= {k["config"] for k in pg._C.built_kernels()}
+
+
+pytestmark = pytest.mark.skipif(not _sweep_configs_built(),
+                                reason="needs every config the sweep timed built (the default sm90a catalogue)")
+
+
+def test_the_models_choice_runs_within_3_percent_of_the_fastest_measured():
+    with open(SWEEP) as f:
+        rows = choice_table(list(csv.DictReader(f)), sm_count=132)
+    assert len(rows) >= 40
+    for r in rows:
+        key = (r["op"], r["m"], r["n"], r["k"])
+        assert not math.isnan(r["ratio"]), f"{key}: the model picks {r['chosen']}, which the sweep did not time"
+        assert r["ratio"] <= KNOWN_MISSES.get(key, 1.03), (key, r)
+    geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
+    assert geo <= 1.01, geo
