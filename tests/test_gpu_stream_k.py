@@ -94,3 +94,30 @@ def test_the_dispatcher_names_stream_k_when_it_picks_it():
     kw = {"dtype": "e4m3", "scale": "row"} if cfg.dtype == "e4m3" else {"dtype": cfg.dtype}
     d = pg.explain(257, 4096, 4096, config=name, **kw)
     assert d.config == name and "stream-K" in str(d), str(d)
+
+
+#: In no catalogue: stream-K schedules a user writes, JIT-compiled -- a cooperative tile with a
+#: column raster on 1x2 clusters, and a ping-pong one on 2x1 clusters (tail CTAs at the M edge).
+USER_STREAM_K = [
+    pg.KernelConfig(tile=(128, 128, 64), kernel="cooperative",
+                    schedule=pg.TileSchedule(swizzle=3, cluster=(1, 2), raster="column", stream_k=True)),
+    pg.KernelConfig(tile=(128, 64, 64), kernel="pingpong",
+                    schedule=pg.TileSchedule(swizzle=8, cluster=(2, 1), stream_k=True)),
+]
+
+
+@pytest.mark.sm90
+@pytest.mark.parametrize("spec", USER_STREAM_K, ids=lambda c: c.name)
+def test_user_stream_k_schedules_run_and_reproduce(spec):
+    from persistent_gemm import jit
+
+    name = jit.ensure(spec)
+    for m, n, k in [(257, 300, 1000), (1, 4096, 8192), (1000, 64, 64 * 7 + 8), (130, 129, 64), (3000, 2048, 1000)]:
+        a = operand(m, k, torch.bfloat16, True, seed=m, device=CUDA)
+        b = operand(k, n, torch.bfloat16, False, seed=n, device=CUDA)
+        out = poisoned(lambda: pg.mm(a, b, config=spec), m, n, torch.bfloat16)
+        check_mm(out, a, b, torch.bfloat16)
+        assert torch.equal(out, poisoned(lambda: pg.mm(a, b, config=name), m, n, torch.bfloat16))
+    kt = 1000 // spec.tile[2] + 1
+    got = pg._C.device_schedule(name, 1000, 300, l=1, workers=17, k_tiles=kt).cpu()
+    torch.testing.assert_close(got, expected_device_walk(spec, 1000, 300, 1, 17, got, k_tiles=kt), rtol=0, atol=0)
