@@ -364,12 +364,12 @@ at::Tensor mx_mm_cuda(bool e2m1, at::Tensor const& a, at::Tensor const& b, at::T
   char const* op = e2m1 ? "persistent_gemm.fp8_fp4_mm" : "persistent_gemm.mxfp8_mm";
   auto const [p, epi, kind, layouts] =
       checked_mx_mm(op, e2m1, a, b, scale_a, scale_b, out_dtype, scale_layout, config, scale_b_layout, bias);
-  if (p.m && p.n && p.k && self_check::use_fallback(require_arch(op, a)))
-    return mx_mm_ref(e2m1, a, b, scale_a, scale_b, out_dtype, scale_layout, std::nullopt, scale_b_layout, bias);
   c10::cuda::CUDAGuard guard(a.device());
   if (p.m == 0 || p.n == 0 || p.k == 0) return empty_k_result(p, a, epi);
   check_extents(op, p);
-  auto const& mod = require_arch(op, a);
+  auto const& mod = require_arch(op, a);  // once, as every op's entry
+  if (self_check::use_fallback(mod))
+    return mx_mm_ref(e2m1, a, b, scale_a, scale_b, out_dtype, scale_layout, std::nullopt, scale_b_layout, bias);
   Request req = request_for(p, DType::E4M3, e2m1 ? DType::E2M1 : DType::E4M3, ScaleMode::Block32, config);
   return launch(op, mod, req, Operands{a, b.t(), scale_a, scale_b, layouts}, p, epi);
 }

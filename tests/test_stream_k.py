@@ -74,7 +74,7 @@ def test_partition(units, k_tiles, workers, want):
     part = stream_k_partition(units, k_tiles, workers)
     assert (part.dp_units, part.sk_units, part.sk_workers) == want
     if part.sk_workers > max(part.sk_units, 1):
-        assert part.iterations // part.sk_workers >= STREAM_K_MIN_ITERS
+        assert part.items // part.sk_workers >= STREAM_K_MIN_ITERS
 
 
 def test_257_rows_fill_every_worker_where_data_parallel_leaves_a_third_idle():

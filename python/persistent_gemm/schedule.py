@@ -198,8 +198,35 @@ class TileSchedule:
         return dataclasses.replace(self, **changes)
 
 
-class StreamKPartition(NamedTuple):
-    """How stream-K cuts a problem's units (:func:`stream_k_partition`)."""
+class EvenShare:
+    """``items`` dealt to ``parts`` workers as contiguous ranges whose sizes differ by at most one
+    (the larger first): stream-K's tail (:class:`StreamKPartition`) and the GEMV's strips
+    (strip_schedule.StripStreamK) deal their work this way. A subclass names the two counts."""
+
+    @property
+    def items(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def parts(self) -> int:
+        raise NotImplementedError
+
+    def begin(self, w: int) -> int:
+        """First item of worker ``w`` (``w = parts``: the end)."""
+        q, r = divmod(self.items, self.parts)
+        return w * q + min(w, r)
+
+    def owner(self, i: int) -> int:
+        """The worker whose range holds item ``i`` (the inverse of :meth:`begin`)."""
+        q, r = divmod(self.items, self.parts)
+        big = r * (q + 1)  # items held by the r workers of q + 1
+        return i // (q + 1) if i < big else r + (i - big) // q
+
+
+@dataclass(frozen=True)
+class StreamKPartition(EvenShare):
+    """How stream-K cuts a problem's units (:func:`stream_k_partition`); its items are the tail's
+    (unit, K-tile) iterations, unit-major, its parts the tail's workers."""
 
     dp_units: int    # the data-parallel head: ids [0, dp_units), a multiple of the workers
     sk_units: int    # the stream-K tail: ids [dp_units, dp_units + sk_units)
@@ -207,19 +234,12 @@ class StreamKPartition(NamedTuple):
     k_tiles: int
 
     @property
-    def iterations(self) -> int:
+    def items(self) -> int:
         return self.sk_units * self.k_tiles
 
-    def begin(self, w: int) -> int:
-        """First tail iteration of worker ``w`` (``w = sk_workers``: the end)."""
-        q, r = divmod(self.iterations, self.sk_workers)
-        return w * q + min(w, r)
-
-    def owner(self, i: int) -> int:
-        """The worker whose range holds tail iteration ``i`` (inverse of :meth:`begin`)."""
-        q, r = divmod(self.iterations, self.sk_workers)
-        big = r * (q + 1)
-        return i // (q + 1) if i < big else r + (i - big) // q
+    @property
+    def parts(self) -> int:
+        return self.sk_workers
 
     def pieces(self, t: int) -> int:
         """Pieces tail unit ``t`` (counted from the tail's start) is cut into."""
@@ -406,14 +426,24 @@ class ScheduleGrid:
                 for w in range(workers) for v in self.tiles_of(w, workers)]
 
     def wave_visits(self, workers: int) -> list[list[WorkTile]]:
-        """Every visit, grouped by wave: wave ``s`` is step ``s`` of every worker; a stream-K tail
-        (its pieces run side by side, one range per worker) is the last wave whole."""
+        """Every visit, grouped by wave (:meth:`wave`)."""
+        return [self.wave(workers, s) for s in range(self.waves(workers))]
+
+    def wave(self, workers: int, s: int) -> list[WorkTile]:
+        """The visits of wave ``s``: step ``s`` of every worker, ids ``s*W .. s*W + W - 1``; a
+        stream-K tail (its pieces run side by side, one range per worker) is the last wave whole."""
         workers = check_int("workers", workers)
-        head = self.stream_k(workers).dp_units // workers if self.schedule.stream_k else None
-        out: list[list[WorkTile]] = [[] for _ in range(self.waves(workers))]
-        for w in range(workers):
-            for v in self._visits(w, workers):
-                out[v.step if head is None else min(v.step, head)].append(v)
+        S, Kt = self.splits, self.k_tiles
+        head = self.num_ids
+        if self.schedule.stream_k:
+            head = self.stream_k(workers).dp_units
+            if s * workers >= head:  # the tail: every worker's pieces
+                return [v for w in range(workers) for v in self._visits(w, workers) if v.tile_id >= head]
+        out = []
+        for t in range(s * workers, min((s + 1) * workers, head)):
+            l, r, c = self.coord_batched(t)
+            sp = t % S
+            out.append(WorkTile(s, t, l, r, c, sp, sp * Kt // S, (sp + 1) * Kt // S))
         return out
 
     def waves(self, workers: int) -> int:

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from .config_fields import GEMV_CHUNK_BYTES, GEMV_STRIP_ROWS, MX_DTYPES
 from .library import ELEMENTS, lowering
+from .schedule import EvenShare
 
 __all__ = ["ROLES", "StripPiece", "StripStreamK"]
 
@@ -41,7 +42,7 @@ class StripPiece(NamedTuple):
 
 
 @dataclass(frozen=True)
-class StripStreamK:
+class StripStreamK(EvenShare):
     strips: int
     chunks: int
     workers: int
@@ -69,15 +70,13 @@ class StripStreamK:
     def units(self) -> int:
         return self.strips * self.chunks
 
-    def begin(self, w: int) -> int:
-        q, r = divmod(self.units, self.workers)
-        return w * q + min(w, r)
+    @property
+    def items(self) -> int:  # EvenShare: the units, dealt to the workers
+        return self.units
 
-    def owner(self, u: int) -> int:
-        """The worker whose range holds unit ``u``."""
-        q, r = divmod(self.units, self.workers)
-        big = r * (q + 1)
-        return u // (q + 1) if u < big else r + (u - big) // q
+    @property
+    def parts(self) -> int:
+        return self.workers
 
     def role(self, w: int, strip: int) -> str:
         s0, s1 = strip * self.chunks, (strip + 1) * self.chunks

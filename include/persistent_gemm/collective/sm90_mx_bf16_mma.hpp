@@ -61,17 +61,7 @@ struct Sm90MxBf16Mma : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileSh
   static_assert(kTileN % 16 == 0 && kTileN <= 256, "MX bf16 route: tile_n (tokens) must be a multiple of 16, at most 256");
   static_assert(Stages >= 2, "MX bf16 route needs at least two stages");
 
-  struct DispatchPolicy {
-    using ClusterShape = ClusterShape_;
-    static constexpr int Stages = Stages_;
-  };
-  using ClusterShape = ClusterShape_;
-
-  using ElementA = cutlass::bfloat16_t;  // what the tensor core multiplies
-  using ElementB = cutlass::bfloat16_t;
-  using ElementAccumulator = float;
-  using StrideA = cute::Stride<int64_t, cute::_1, int64_t>;
-  using StrideB = cute::Stride<int64_t, cute::_1, int64_t>;
+  PGEMM_SM90_MX_MAINLOOP_TYPES(cutlass::bfloat16_t);  // both operands converted to bf16
 
   // ---- MMA -------------------------------------------------------------------------------------
   using AtomLayoutMNK = std::conditional_t<kCooperative, cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>,

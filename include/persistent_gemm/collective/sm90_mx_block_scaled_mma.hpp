@@ -109,17 +109,7 @@ struct Sm90MxBlockScaledMma
   static_assert(!kFold || kTileM % 32 == 0,
                 "MX fold: a strip's reference is reduced over 16 lanes of a warp; tile_m must be a multiple of 32");
 
-  struct DispatchPolicy {
-    using ClusterShape = ClusterShape_;
-    static constexpr int Stages = Stages_;
-  };
-  using ClusterShape = ClusterShape_;
-
-  using ElementA = cutlass::float_e4m3_t;  // what the tensor core multiplies
-  using ElementB = cutlass::float_e4m3_t;
-  using ElementAccumulator = float;
-  using StrideA = cute::Stride<int64_t, cute::_1, int64_t>;  // (rows, K, L), K contiguous
-  using StrideB = cute::Stride<int64_t, cute::_1, int64_t>;
+  PGEMM_SM90_MX_MAINLOOP_TYPES(cutlass::float_e4m3_t);  // e2m1 weights are converted to e4m3 first
 
   // ---- MMA -----------------------------------------------------------------------------------
   using AtomLayoutMNK = std::conditional_t<kCooperative, cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>,

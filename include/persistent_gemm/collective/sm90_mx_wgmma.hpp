@@ -5,6 +5,22 @@
 #include "cute/tensor.hpp"
 #include "cute/atom/mma_traits_sm90_gmma.hpp"
 
+// The names both SM90 MX mainloops give their element, stride and dispatch types (the kernel and
+// the builders read them as CollectiveMainloop::...): `Element` is what the tensor core multiplies
+// (e4m3, or bf16 on the bf16 route); operands (rows, K, L) with K contiguous. A macro rather than
+// a base: the mainloops' bodies use these names unqualified, which a dependent base would hide.
+#define PGEMM_SM90_MX_MAINLOOP_TYPES(Element)            \
+  struct DispatchPolicy {                                \
+    using ClusterShape = ClusterShape_;                  \
+    static constexpr int Stages = Stages_;               \
+  };                                                     \
+  using ClusterShape = ClusterShape_;                    \
+  using ElementA = Element;                              \
+  using ElementB = Element;                              \
+  using ElementAccumulator = float;                      \
+  using StrideA = cute::Stride<int64_t, cute::_1, int64_t>; \
+  using StrideB = cute::Stride<int64_t, cute::_1, int64_t>
+
 namespace persistent_gemm::collective::mx_detail {
 
 // This thread's warpgroup's slice of a tiled wgmma: the index broadcast from lane 0, so the

@@ -150,7 +150,7 @@ def wave_operand_footprint(config, M: int, N: int, K: int, workers: int, wave: i
     tm, tn, tk = g.tile_m, g.tile_n, config.tile[2]
     rows, cols, tiles = set(), set(), set()
     units = a_naive = b_naive = 0
-    for v in g.wave_visits(workers)[wave]:
+    for v in g.wave(workers, wave):
         kx = min(K, v.k_end * tk) - v.k_begin * tk  # elements of K this unit reduces
         for m, n in g.cta_tiles(v.cluster_row, v.cluster_col):
             hm, wn = min(tm, g.M - m * tm), min(tn, g.N - n * tn)
