@@ -192,3 +192,14 @@ def test_python_only_install_needs_no_cuda_toolkit(tmp_path):
             "print(pg.KernelConfig().grid(4096, 4096).coord(5))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert p.returncode == 0 and p.stdout.strip() == "(0, 5)", p.stderr
+
+
+def test_cli_schedule_stream_k_says_how_the_tail_is_shared(capsys):
+    rc, out, _ = _main(capsys, "schedule", "--m", "8192", "--n", "8192", "--k", "8192", "--cluster", "2x1",
+                       "--stream-k")
+    assert rc == 0 and "sm90a_bf16_128x256x64_c2x1_sw1_row_streamk_coop" in out
+    # 1024 units on 66 workers: 14 whole waves, then the last 34 + 66 units in K-tiles
+    assert "924 ids data-parallel, then 100 shared by 66 workers in K-tiles (12800 of them, 193-194 a worker)" in out
+    assert "last wave 100 ids" in out and "per K range" in out
+    rc, out, _ = _main(capsys, "schedule", "--m", "128", "--n", "256", "--k", "64", "--stream-k", "--workers", "1")
+    assert rc == 0 and "whole waves only: every id data-parallel" in out

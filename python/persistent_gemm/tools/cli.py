@@ -42,6 +42,7 @@ _CONFIG_DEFAULTS = {
     "arch": _KERNEL_DEFAULT.arch,
     "stages": None,
     "split_k": None,
+    "stream_k": None,
 }
 _KERNEL_ALIASES = {"coop": "cooperative", "pp": "pingpong"}
 
@@ -83,7 +84,7 @@ def _build_config(args: argparse.Namespace):
         kernel = ARCHS[v["arch"]].default_style if v["arch"] in ARCHS else KERNEL_STYLES.get(v["arch"], ("cooperative",))[0]
     kernel = _KERNEL_ALIASES.get(kernel, kernel)
     schedule = TileSchedule(swizzle=v["swizzle"], cluster=_ints(v["cluster"], 2, "--cluster"), raster=v["raster"],
-                            split_k=v["split_k"] or 1)
+                            split_k=v["split_k"] or 1, stream_k=bool(v["stream_k"]))
     return KernelConfig(
         tile=_ints(v["tile"], 3, "--tile"),
         schedule=schedule,
@@ -135,11 +136,19 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
         f"clusters Mc x Nc = {g.clusters_m} x {g.clusters_n} ({s.cluster_m}x{s.cluster_n}), ids = {g.num_ids}"
     )
     if g.splits > 1:
-        print(f"split-K   {g.splits} units per tile, each a range of the {g.k_tiles} K-tiles (walked, not yet run "
-              f"by a kernel)")
+        print(f"split-K   {g.splits} units per tile, each a range of the {g.k_tiles} K-tiles, reduced in a fixed order")
+    if s.stream_k:
+        part = g.stream_k(workers)
+        last = part.sk_units or last
+        if part.sk_units:
+            print(f"stream-K  {part.dp_units} ids data-parallel, then {part.sk_units} shared by {part.sk_workers} workers "
+                  f"in K-tiles ({part.items} of them, {part.items // part.sk_workers}-{-(-part.items // part.sk_workers)} "
+                  f"a worker)")
+        else:
+            print("stream-K  whole waves only: every id data-parallel")
     print(f"workers   {workers} ({how}); waves = {waves} (last wave {last} ids)")
     print("footprint (distinct A row-panels / B column-panels per wave, "
-          + ("per K range)" if g.splits > 1 else "full K)"))
+          + ("per K range)" if g.splits > 1 or s.stream_k else "full K)"))
     print("  " + fp.format_summary(summary).replace("\n", "\n  "))
     if args.per_wave:
         print(fp.format_footprint(fps))
@@ -331,6 +340,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--stages", type=int, help="pipeline stages (default: auto)")
     q.add_argument("--split-k", type=int, help="work units per tile, each a K range, reduced in a fixed order "
                    "(default 1; the sm90a 16-bit and e4m3 kernels run it)")
+    q.add_argument("--stream-k", action="store_true", default=None,
+                   help="whole waves data-parallel, the rest shared out in K-tiles (the sm90a 16-bit and e4m3 kernels)")
     w = q.add_mutually_exclusive_group()
     w.add_argument("--workers", type=int, help="persistent workers (clusters)")
     w.add_argument("--sms", type=int, default=132, help="SM count; workers = sms // cluster size (default 132)")
