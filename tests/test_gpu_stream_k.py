@@ -10,8 +10,8 @@ bitwise reproducible, and the device walk must match the Python reference.
 
 import pytest
 import torch
-from conftest import (ARCH, check_mm, check_scaled_mm, expected_device_walk, fp8_pair, fp32_scales, operand,
-                      poisoned, requires_config)
+from conftest import (ARCH, check_mm, check_scaled_mm, check_user_schedule, expected_device_walk, fp8_pair,
+                      fp32_scales, operand, poisoned, requires_config)
 
 import persistent_gemm as pg
 from persistent_gemm.catalogue import CATALOGUE
@@ -109,15 +109,5 @@ USER_STREAM_K = [
 @pytest.mark.sm90
 @pytest.mark.parametrize("spec", USER_STREAM_K, ids=lambda c: c.name)
 def test_user_stream_k_schedules_run_and_reproduce(spec):
-    from persistent_gemm import jit
-
-    name = jit.ensure(spec)
-    for m, n, k in [(257, 300, 1000), (1, 4096, 8192), (1000, 64, 64 * 7 + 8), (130, 129, 64), (3000, 2048, 1000)]:
-        a = operand(m, k, torch.bfloat16, True, seed=m, device=CUDA)
-        b = operand(k, n, torch.bfloat16, False, seed=n, device=CUDA)
-        out = poisoned(lambda: pg.mm(a, b, config=spec), m, n, torch.bfloat16)
-        check_mm(out, a, b, torch.bfloat16)
-        assert torch.equal(out, poisoned(lambda: pg.mm(a, b, config=name), m, n, torch.bfloat16))
-    kt = 1000 // spec.tile[2] + 1
-    got = pg._C.device_schedule(name, 1000, 300, l=1, workers=17, k_tiles=kt).cpu()
-    torch.testing.assert_close(got, expected_device_walk(spec, 1000, 300, 1, 17, got, k_tiles=kt), rtol=0, atol=0)
+    check_user_schedule(spec, [(257, 300, 1000), (1, 4096, 8192), (1000, 64, 64 * 7 + 8), (130, 129, 64),
+                               (3000, 2048, 1000)])

@@ -353,9 +353,8 @@ class ScheduleGrid:
 
     def k_range(self, t: int) -> tuple[int, int, int]:
         """``(split, k_begin, k_end)`` of linear id ``t``: the K-tiles its work unit reduces."""
-        self.coord_batched(t)  # the id checks
-        s = t % self.splits
-        return s, s * self.k_tiles // self.splits, (s + 1) * self.k_tiles // self.splits
+        v = self._id_visit(0, t)  # coord_batched checks the id
+        return v.split, v.k_begin, v.k_end
 
     def cta_tiles(self, cluster_row: int, cluster_col: int) -> list[tuple[int, int]]:
         """In-bounds CTA tiles (m, n) of one cluster; tail CTAs (outside Mt x Nt) are left out."""
@@ -384,23 +383,31 @@ class ScheduleGrid:
         return self._visits(worker, workers)
 
     def _visits(self, worker: int, workers: int) -> Iterator[WorkTile]:
-        S, Kt = self.splits, self.k_tiles
-        head = self.num_ids
-        if self.schedule.stream_k:
-            part = self.stream_k(workers)
-            head = part.dp_units
-        for step, t in enumerate(range(worker, head, workers)):
-            l, r, c = self.coord_batched(t)
-            s = t % S
-            yield WorkTile(step, t, l, r, c, s, s * Kt // S, (s + 1) * Kt // S)
-        if not self.schedule.stream_k or worker >= part.sk_workers:
+        if not self.schedule.stream_k:
+            for step, t in enumerate(range(worker, self.num_ids, workers)):
+                yield self._id_visit(step, t)
             return
-        step = len(range(worker, head, workers))
+        part = self.stream_k(workers)
+        for step, t in enumerate(range(worker, part.dp_units, workers)):
+            yield self._id_visit(step, t)
+        yield from self._tail_visits(worker, part, part.dp_units // workers)
+
+    def _id_visit(self, step: int, t: int) -> WorkTile:
+        """Linear id ``t`` visited at ``step``: its coordinate and its split's K range."""
+        S, Kt = self.splits, self.k_tiles
+        l, r, c = self.coord_batched(t)
+        s = t % S
+        return WorkTile(step, t, l, r, c, s, s * Kt // S, (s + 1) * Kt // S)
+
+    def _tail_visits(self, worker: int, part: StreamKPartition, step: int) -> Iterator[WorkTile]:
+        """Worker ``worker``'s stream-K pieces from ``step`` on: its range cut at unit boundaries."""
+        if worker >= part.sk_workers:
+            return
+        Kt, head = self.k_tiles, part.dp_units
         b, e = part.begin(worker), part.begin(worker + 1)
         for u in range(b // Kt, ceil_div(e, Kt)):  # the tail units this range meets, in K order
-            t = head + u
-            l, r, c = self.coord_batched(t)
-            yield WorkTile(step, t, l, r, c, worker - part.owner(u * Kt), max(b, u * Kt) - u * Kt,
+            l, r, c = self.coord_batched(head + u)
+            yield WorkTile(step, head + u, l, r, c, worker - part.owner(u * Kt), max(b, u * Kt) - u * Kt,
                            min(e, (u + 1) * Kt) - u * Kt)
             step += 1
 
@@ -433,18 +440,13 @@ class ScheduleGrid:
         """The visits of wave ``s``: step ``s`` of every worker, ids ``s*W .. s*W + W - 1``; a
         stream-K tail (its pieces run side by side, one range per worker) is the last wave whole."""
         workers = check_int("workers", workers)
-        S, Kt = self.splits, self.k_tiles
         head = self.num_ids
         if self.schedule.stream_k:
-            head = self.stream_k(workers).dp_units
-            if s * workers >= head:  # the tail: every worker's pieces
-                return [v for w in range(workers) for v in self._visits(w, workers) if v.tile_id >= head]
-        out = []
-        for t in range(s * workers, min((s + 1) * workers, head)):
-            l, r, c = self.coord_batched(t)
-            sp = t % S
-            out.append(WorkTile(s, t, l, r, c, sp, sp * Kt // S, (sp + 1) * Kt // S))
-        return out
+            part = self.stream_k(workers)
+            head = part.dp_units
+            if s * workers >= head:
+                return [v for w in range(workers) for v in self._tail_visits(w, part, s)]
+        return [self._id_visit(s, t) for t in range(s * workers, min((s + 1) * workers, head))]
 
     def waves(self, workers: int) -> int:
         """Steps of the busiest worker, counting a stream-K tail's range as one wave."""

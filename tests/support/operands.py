@@ -181,3 +181,25 @@ def poisoned(fn, m: int, n: int, dtype: torch.dtype) -> torch.Tensor:
         pg._C.set_poison_outputs(False)
     assert out.shape == (m, n) and out.dtype == dtype
     return out
+
+
+# -- a schedule a user writes ---------------------------------------------------------------------
+def check_user_schedule(spec, shapes) -> None:
+    """JIT-compile ``spec`` (a bf16 KernelConfig in no catalogue), run it forced on each (M, N, K)
+    of ``shapes`` against float64 with poisoned outputs, require the same bits through its
+    canonical name, and hold its device walk to the Python reference (split-K and stream-K
+    schedules alike)."""
+    from persistent_gemm import jit
+
+    from .bounds import check_mm
+
+    name = jit.ensure(spec)
+    for m, n, k in shapes:
+        a = operand(m, k, torch.bfloat16, True, seed=m, device="cuda")
+        b = operand(k, n, torch.bfloat16, False, seed=n, device="cuda")
+        out = poisoned(lambda: pg.mm(a, b, config=spec), m, n, torch.bfloat16)
+        check_mm(out, a, b, torch.bfloat16)
+        assert torch.equal(out, poisoned(lambda: pg.mm(a, b, config=name), m, n, torch.bfloat16))
+    kt = 1000 // spec.tile[2] + 1
+    got = pg._C.device_schedule(name, 1000, 300, l=1, workers=17, k_tiles=kt).cpu()
+    torch.testing.assert_close(got, expected_device_walk(spec, 1000, 300, 1, 17, got, k_tiles=kt), rtol=0, atol=0)
