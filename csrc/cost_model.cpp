@@ -2,7 +2,7 @@
 // choose_kernel in heuristics.cpp ranks the candidates by it).
 #include "heuristics.h"
 
-#include "persistent_gemm/scheduler/tile_scheduler.hpp"  // kStreamKMinIters
+#include "persistent_gemm/scheduler/tile_scheduler.hpp"  // stream_k_split
 
 #include <algorithm>
 #include <cstdint>
@@ -78,8 +78,6 @@ constexpr double kSplitFixupUs = 2.0;
 // long K (8192x8192x28672) the tail's workers run far apart in K, lose the wave's L2 reuse, and
 // ran 5% behind the twin where this model expects 3% ahead.
 constexpr double kStreamKFixedUs = 5.0;
-// Stream-K's tail gives a worker at least this many K-tiles (scheduler::kStreamKMinIters).
-constexpr int64_t kStreamKMinIters = scheduler::kStreamKMinIters;
 // The MX decode GEMV (KernelStyle::Gemv): a weight stream at the copy rate, plus a fixed cost
 // (ramp of the first stages, the last strips' cross-CTA reduction), or, at larger M, its issue
 // rate: per 16 weight rows x 32 K and n8 token tile an mma.sync with its scale FMULs and FFMAs,
@@ -121,14 +119,14 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   // tail's K-tiles dealt evenly, so the busiest worker carries `waves_sk` tiles' worth of K.
   double waves_sk = double(e.waves);
   int64_t sk_slots = 0;  // partial slots written and read back through L2
-  if (g.stream_k && ids % workers != 0) {
-    int64_t const sk_units = ids >= workers ? ids % workers + workers : ids;
-    int64_t const sk_workers = std::min(workers, std::max(sk_units, sk_units * kt / model::kStreamKMinIters));
-    waves_sk = double((ids - sk_units) / workers) + double(cdiv(sk_units * kt, sk_workers)) / double(kt);
-    e.waves = cdiv(ids - sk_units, workers) + 1;
-    // No partials when every range is whole units (e.g. one K-tile: a worker per unit).
-    bool const whole_units = (sk_units * kt) % sk_workers == 0 && (sk_units * kt / sk_workers) % kt == 0;
-    sk_slots = whole_units ? 0 : sk_workers * g.cluster_m * g.cluster_n;
+  if (g.stream_k) {
+    if (auto const [sk_units, sk_workers] = scheduler::stream_k_split(ids, kt, workers); sk_units > 0) {
+      waves_sk = double((ids - sk_units) / workers) + double(cdiv(sk_units * kt, sk_workers)) / double(kt);
+      e.waves = cdiv(ids - sk_units, workers) + 1;
+      // No partials when every range is whole units (e.g. one K-tile: a worker per unit).
+      bool const whole_units = (sk_units * kt) % sk_workers == 0 && (sk_units * kt / sk_workers) % kt == 0;
+      sk_slots = whole_units ? 0 : sk_workers * g.cluster_m * g.cluster_n;
+    }
   }
   e.tile_eff = double(r.m) * r.n / (double(ids * g.cluster_m * g.tile_m) * (g.cluster_n * g.tile_n));
 

@@ -43,10 +43,11 @@ int adaptation_cost(KernelEntry const& e, Request const& r, Choice* c) {
   cost += copy_a * 4 + copy_b * 4 + (e.d_dtype != r.d) * 2;
   bool const pad = !r.d_aligned && e.tma_store;
   cost += pad * 2;
-  // Predicated stores are slower than TMA for a large D. Swap-AB, split-K and stream-K kernels
-  // store by design that way (a transposed D; partial units that skip the epilogue): the cost
-  // model weighs them by time, not by this count (stream-K only wins where a wave is part-empty).
-  if (r.d_aligned && !e.tma_store && !e.swap_ab && e.geometry.split_k == 1 && !e.geometry.stream_k) cost += 1;
+  // Predicated stores are slower than TMA for a large D. Swap-AB and split-K kernels store by
+  // design that way (a transposed D; partial units that skip the epilogue): their D is a decode's
+  // few rows, and the cost model weighs them by time, not by this count. (Stream-K kernels keep
+  // the TMA store: library.fit_variants.)
+  if (r.d_aligned && !e.tma_store && !e.swap_ab && e.geometry.split_k == 1) cost += 1;
   if (c) c->copy_a = copy_a, c->copy_b = copy_b, c->pad_d = pad;
   return cost;
 }

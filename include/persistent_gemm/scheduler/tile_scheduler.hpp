@@ -24,6 +24,7 @@
 // piece is its worker's first tail step and only publishes partial sums.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -39,6 +40,25 @@ enum class Raster : int { Row = 0, Column = 1 };
 // A stream-K tail gives each worker at least this many K-tiles, unless that would leave a tail
 // unit without a worker (python/persistent_gemm/schedule.py STREAM_K_MIN_ITERS).
 constexpr int kStreamKMinIters = 4;
+// A bound on a stream-K worker's steps beyond ceil(ids / W): its range meets at most this many
+// units more than its share of whole units (tests/test_stream_k.py checks it on the Python twin).
+// The device walk's row count (PersistentTileScheduler::max_steps, and module.cpp) adds it.
+constexpr int kStreamKExtraSteps = 3;
+
+// How stream-K cuts `units` work units of `k_tiles` K-tiles for `workers` workers (the twin of
+// schedule.stream_k_partition): the tail's units and the workers sharing its iterations, both 0
+// when the units fill whole waves. Read by the scheduler and by the cost model.
+struct StreamKSplit {
+  int64_t sk_units = 0, sk_workers = 0;
+};
+inline StreamKSplit stream_k_split(int64_t units, int64_t k_tiles, int64_t workers) {
+  StreamKSplit s;
+  if (units % workers == 0) return s;
+  s.sk_units = units >= workers ? units % workers + workers : units;
+  int64_t const by_iters = s.sk_units * k_tiles / kStreamKMinIters;
+  s.sk_workers = std::min(workers, std::max(s.sk_units, by_iters));
+  return s;
+}
 
 // ---------------------------------------------------------------------------------- tag ---
 template <int Swizzle_, int ClusterM_, int ClusterN_, Raster Raster_, int SplitK_ = 1, bool StreamK_ = false>
@@ -49,7 +69,8 @@ struct PersistentSchedule {
   static constexpr Raster RasterOrder = Raster_;
   static constexpr int SplitK = SplitK_;
   static constexpr bool StreamK = StreamK_;
-  // Some unit may reduce part of a tile's K: the kernel needs the fixup and predicated stores.
+  // Some unit may reduce part of a tile's K: the kernel needs the fixup (split-K's units also
+  // need the predicated epilogue; stream-K keeps the TMA store).
   static constexpr bool ReducesK = SplitK > 1 || StreamK;
   static_assert(!(StreamK && SplitK > 1), "stream_k and split_k > 1 are two ways to split K: choose one");
   static_assert(Swizzle >= 1 && Swizzle <= 64, "swizzle must be in [1, 64]");
@@ -146,17 +167,11 @@ class PersistentTileScheduler {
     int const fit = sm_count / (ClusterM * ClusterN);
     int workers = args.max_workers > 0 ? args.max_workers : (fit > 0 ? fit : 1);
     p.num_workers = workers;
-    if constexpr (StreamK) {  // schedule.stream_k_partition
-      p.sk_first = p.num_ids;
-      int32_t const full = p.num_ids / workers, rest = p.num_ids % workers;
-      if (rest != 0) {
-        int32_t const sk_units = full >= 1 ? rest + workers : p.num_ids;
-        p.sk_first = p.num_ids - sk_units;
-        p.sk_iters = int64_t(sk_units) * p.k_tiles;
-        int64_t const by_iters = p.sk_iters / kStreamKMinIters;
-        int64_t const want = by_iters > sk_units ? by_iters : sk_units;
-        p.sk_workers = int32_t(want < workers ? want : workers);
-      }
+    if constexpr (StreamK) {
+      StreamKSplit const sk = stream_k_split(p.num_ids, p.k_tiles, workers);
+      p.sk_first = p.num_ids - int32_t(sk.sk_units);
+      p.sk_workers = int32_t(sk.sk_workers);
+      p.sk_iters = sk.sk_units * p.k_tiles;
     }
     return p;
   }
@@ -170,10 +185,8 @@ class PersistentTileScheduler {
     return p.num_workers < p.num_ids ? p.num_workers : (p.num_ids > 0 ? p.num_ids : 1);
   }
 
-  // A bound on any worker's steps (the device walk's rows per worker): ceil(ids / W), and a
-  // stream-K worker's range meets at most 3 units more than its share of whole units
-  // (kStreamKExtraSteps; tests/test_stream_k.py checks the bound on the Python twin).
-  static constexpr int kStreamKExtraSteps = 3;
+  // A bound on any worker's steps (the device walk's rows per worker): ceil(ids / W), plus
+  // kStreamKExtraSteps with stream-K.
   static int max_steps(Params const& p) {
     int const w = p.num_workers > 0 ? p.num_workers : 1;
     return (p.num_ids + w - 1) / w + (StreamK ? kStreamKExtraSteps : 0);
