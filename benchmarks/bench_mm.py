@@ -21,8 +21,10 @@ PersistentScheduler, swizzle 8) over the collectives of our primary bf16 config,
 ``benchmarks/peers/cutlass_sm90_stock.cu``; it isolates what our kernel and scheduler are worth.
 
 ``--sweep`` also times every built config, forced with ``config=``, on every shape of the suite,
-beside the dispatcher's pick and its cost-model estimate (``<out>_sweep.csv``): the data the
-heuristic's constants are fitted to. ``--overhead`` times back-to-back calls on a tiny problem,
+beside the dispatcher's pick, its cost-model estimate and the peer, interleaved with them
+(``<out>_sweep.csv``): the data the heuristic's constants are fitted to. ``--configs`` adds
+configs that are not built (JIT-compiled first, in parallel) to the sweep; ``--shapes``
+replaces the suite with one group of ``MxNxK`` shapes. ``--overhead`` times back-to-back calls on a tiny problem,
 where the GPU waits on the host, to show each op's host cost per call (``<out>_overhead.csv``).
 """
 
@@ -166,33 +168,42 @@ def cutlass_peer():
     )
 
 
-def built_configs(op: str) -> list[str]:
-    """Built configs the op may run: promoted-only ops never time a fast-accumulation kernel."""
+def op_takes(op: str, config) -> bool:
+    """Whether benchmark ``op`` may run ``config``: its dtype, and no fast-accumulation kernel for
+    a promoted op."""
     kind, fast, _ = OPS[op]
-    return sorted({k["config"] for k in pg._C.built_kernels()
-                   if f"_{kind}_" in k["config"] and (fast or not k.get("fast_accum", False))})
+    return config.dtype == kind and (fast or config.accum != "fast")
 
 
-def sweep(op: str, suite, warmup: int, iters: int, out: Path, kernel_time: bool = False) -> None:
-    """Every built config of the op's dtype forced on every shape: measured vs the model."""
+def built_configs(op: str, extra=()) -> list[str]:
+    """Built configs the op may run, and those of ``extra`` (KernelConfigs) it may run."""
+    from persistent_gemm.kernel_config import as_config
+    names = {k["config"] for k in pg._C.built_kernels()} | {c.name for c in extra}
+    return sorted(n for n in names if op_takes(op, as_config(n)))
+
+
+def sweep(op: str, suite, warmup: int, iters: int, out: Path, kernel_time: bool = False, extra=()) -> None:
+    """Every built config of the op's dtype (and those of ``extra``) forced on every shape,
+    interleaved with the peer: measured vs the model."""
     rows = []
-    ours, configs = peers(op)["ours"], built_configs(op)
+    fns = peers(op)
+    ours, peer_label, configs = fns.pop("ours"), next(iter(fns)), built_configs(op, extra)
     for group, shapes in suite.items():
         for m, n, k in shapes:
             inputs = make_inputs(op, m, n, k)
             kinds = explain_kinds(op)
             picked = pg.explain(m, n, k, out_dtype="bf16", **kinds).config
-            times = time_interleaved({cfg: (lambda *a, cfg=cfg: ours(*a, config=cfg)) for cfg in configs},
-                                     inputs, warmup, iters, kernel_time)
+            times = time_interleaved({**{cfg: (lambda *a, cfg=cfg: ours(*a, config=cfg)) for cfg in configs},
+                                      peer_label: fns[peer_label]}, inputs, warmup, iters, kernel_time)
             for cfg in configs:
                 forced = pg.explain(m, n, k, out_dtype="bf16", config=cfg, **kinds)
                 ms = times[cfg]
                 rows.append(dict(op=op, group=group, m=m, n=n, k=k, config=cfg, ms=ms,
                                  tflops=2.0 * m * n * k / ms / 1e9, estimate_us=forced.estimate_us,
-                                 picked=int(cfg == picked)))
+                                 picked=int(cfg == picked), peer_ms=times[peer_label]))
                 print(f"sweep {op:<9} {m:>5}x{n:>5}x{k:>5} {cfg:<45} {rows[-1]['tflops']:7.1f} TFLOP/s "
-                      f"({ms * 1e3:8.1f} us, model {forced.estimate_us:8.1f}){' <- picked' if rows[-1]['picked'] else ''}",
-                      flush=True)
+                      f"({ms * 1e3:8.1f} us, model {forced.estimate_us:8.1f}, peer {times[peer_label] * 1e3:8.1f})"
+                      f"{' <- picked' if rows[-1]['picked'] else ''}", flush=True)
             del inputs
     path = out.with_name(out.name + "_sweep.csv")
     new = not path.exists()
@@ -238,6 +249,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--sweep", action="store_true", help="also time every built config on every shape")
+    ap.add_argument("--configs", default="",
+                    help="comma-separated config names that are not built, JIT-compiled and added to the sweep")
+    ap.add_argument("--shapes", default="", help="comma-separated MxNxK shapes replacing the suite (one group)")
     ap.add_argument("--kernel-time", action="store_true",
                     help="time the GPU work alone (a spin hides each call's host launch work; see time_interleaved)")
     ap.add_argument("--overhead", action="store_true", help="also measure host time per call")
@@ -247,6 +261,20 @@ def main() -> int:
     if unknown:
         ap.error(f"--ops: unknown {unknown}; choose from {list(OPS)}")
     suite = SUITE if args.suite == "full" else QUICK
+    if args.shapes:
+        try:
+            suite = {"given": [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]}
+        except ValueError:
+            ap.error(f"--shapes: expected MxNxK[,MxNxK...], got {args.shapes!r}")
+        if any(len(s) != 3 for s in suite["given"]):
+            ap.error(f"--shapes: expected MxNxK[,MxNxK...], got {args.shapes!r}")
+    extra = []
+    if args.configs:
+        from persistent_gemm.kernel_config import as_config
+        extra = [as_config(c) for c in args.configs.split(",")]  # a bad name fails here, before any timing
+        for cfg, res in zip(extra, pg.jit.ensure_many(extra, jobs=min(len(extra), 8))):
+            if isinstance(res, Exception):
+                ap.error(f"--configs: {cfg.name}: {str(res).splitlines()[0]}")
     gpu = torch.cuda.get_device_name()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -258,7 +286,7 @@ def main() -> int:
         if sweep_path.exists():
             sweep_path.unlink()
         for op in args.ops.split(","):
-            sweep(op, suite, args.warmup, args.iters, out, args.kernel_time)
+            sweep(op, suite, args.warmup, args.iters, out, args.kernel_time, extra)
     rows = []
     for op in args.ops.split(","):
         for group, shapes in suite.items():
