@@ -118,11 +118,7 @@ struct Sm90MxBf16Mma : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileSh
     float const* ref_x = nullptr;    // 2^(r_row - 127) per X row, padded to whole 128-row bands
   };
 
-  struct Params {
-    TmaX tma_load_a;
-    TmaY tma_load_b;
-    uint32_t tma_transaction_bytes = TmaTransactionBytes;
-    uint8_t const* sf_x = nullptr;
+  struct Params : mx_detail::Sm90MxOperandParams<TmaX, TmaY, TmaTransactionBytes> {
     float const* ref_x = nullptr;
     int32_t bands_x = 1;     // 128-row scale bands
     int32_t atom_cols = 1;   // atoms per band along K (ceil(K / 128))

@@ -182,11 +182,7 @@ struct Sm90MxBlockScaledMma
     uint8_t const* sf_y = nullptr;
   };
 
-  struct Params {
-    TmaX tma_load_a;
-    TmaY tma_load_b;
-    uint32_t tma_transaction_bytes = TmaTransactionBytes;
-    uint8_t const* sf_x = nullptr;
+  struct Params : mx_detail::Sm90MxOperandParams<TmaX, TmaY, TmaTransactionBytes> {
     uint8_t const* sf_y = nullptr;
     int32_t bands_x = 1, bands_y = 1;  // 128-row scale bands (the last one may be partial)
     int32_t k_tiles = 1;               // atoms per band along K

@@ -124,6 +124,17 @@ struct Sm90MxTmaOperands {
   }
 };
 
+// The leading Params fields of both mainloops: the operands' TMA descriptors, the bytes a stage
+// expects, X's blocked scales. A prefix, so each mainloop's Params keeps its layout (and the
+// kernels their constant-bank offsets) with its own fields after it.
+template <class TmaX, class TmaY, uint32_t TransactionBytes>
+struct Sm90MxOperandParams {
+  TmaX tma_load_a;
+  TmaY tma_load_b;
+  uint32_t tma_transaction_bytes = TransactionBytes;
+  uint8_t const* sf_x = nullptr;
+};
+
 // The producer side of the collective interface Sm90GemmPersistent calls, once for both
 // mainloops (CRTP): Mainloop supplies TmaOperands, Params, ElementXStorage / ElementB (the
 // operands' stored elements), their K extents x_extent(K) / y_extent(K), set_scale_params and
