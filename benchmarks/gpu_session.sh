@@ -3,7 +3,7 @@
 # Run from the repository root with the CUTLASS wheel downloaded into .whl/ (docs/benchmarks.md,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
-#   bash benchmarks/gpu_session.sh build|test|sanitize|verify|stream_k|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
+#   bash benchmarks/gpu_session.sh build|test|sanitize|verify|stream_k|fitted|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
 #
 # bench_mx also times humming (the optional peer) when its wheel is in .whl/
 # (pip download --no-deps -d .whl humming-kernels==0.1.19): installed without dependencies into
@@ -98,6 +98,15 @@ case "${1:-}" in
         > "$OUT/sanitize_streamk_$tool.log" 2>&1
       echo "streamk $tool rc=$? ($(tail -1 "$OUT/sanitize_streamk_$tool.log"))"
     done
+    ;;
+  fitted)
+    # Issue 27's fitted tiles: the not-built configs of benchmarks/results/issue27/fitted_extras.txt
+    # JIT-compiled and swept beside every built config and the peer on the ragged rows, kernel time.
+    shift
+    python3 benchmarks/bench_mm.py --out "$OUT/h200_fitted" --kernel-time --sweep \
+      --configs "$(cat benchmarks/results/issue27/fitted_extras.txt)" \
+      --shapes "${SHAPES:-257x4096x4096,1000x3000x5000,2048x2048x2048,128x28672x8192}" "$@" 2>&1 \
+      | tee "$OUT/fitted.log" | grep -vE "^(sweep|  )" | tail -12; grep -E "^sweep" "$OUT/fitted.log" | sed 's/  */ /g; s/^sweep //' 
     ;;
   closing)
     # A stop's closing run after `build`: every built kernel through the self-check, the demo with
