@@ -104,7 +104,7 @@ case "${1:-}" in
     # JIT-compiled and swept beside every built config and the peer on the ragged rows, kernel time.
     shift
     python3 benchmarks/bench_mm.py --out "$OUT/h200_fitted" --kernel-time --sweep \
-      --configs "$(cat benchmarks/results/issue27/fitted_extras.txt)" \
+      --configs "$(cat ${EXTRAS:-benchmarks/results/issue27/fitted_extras.txt})" \
       --shapes "${SHAPES:-257x4096x4096,1000x3000x5000,2048x2048x2048,128x28672x8192}" "$@" 2>&1 \
       | tee "$OUT/fitted.log" | grep -vE "^(sweep|  )" | tail -12; grep -E "^sweep" "$OUT/fitted.log" | sed 's/  */ /g; s/^sweep //' 
     ;;
