@@ -32,6 +32,9 @@ char const* dtype_str(DType t) {
 
 namespace {
 
+// The most tokens (M) a 16-bit / e4m3 swap-AB kernel is chosen for unless forced (choose_kernel).
+constexpr int64_t kSwapAbMaxTokens = 64;
+
 // Extra passes over memory a variant costs for this request (0 = exact fast path).
 int adaptation_cost(KernelEntry const& e, Request const& r, Choice* c) {
   int cost = 0;
@@ -154,12 +157,16 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                            (e.b_dtype != e.a_dtype ? std::string(" x ") + dtype_str(e.b_dtype) : std::string()));
       continue;
     }
-    // The 16-bit / e4m3 swap-AB kernels are decode kernels (tokens on a 16-wide N): eligible for
-    // M up to 4 such tiles unless forced. Their predicated stores carry no pass penalty (below),
-    // so on a large unaligned D they would otherwise win on pass count alone.
-    if (!r.config && e.swap_ab && e.scale_mode != ScaleMode::Block32 && r.m > 4 * int64_t(e.geometry.tile_n)) {
+    // The 16-bit / e4m3 swap-AB kernels are decode kernels: eligible for M up to kSwapAbMaxTokens
+    // unless forced, whatever their tile's width. Their predicated stores carry no pass penalty
+    // (below), so on a large unaligned D they would otherwise win on pass count alone. Measured
+    // beyond that bound, every swap-AB tile lost to a non-swap one: the 16-wide decode tiles ran
+    // 2x slower at M = 64 already (H200 sweep); user tiles 96 and 144 tokens wide ran 1.07-1.3x
+    // slower than the best built tile at 257 x 4096^2, and the model priced their cooperative
+    // form 1.4-1.7x too fast, so it picked them (H100, benchmarks/results/issue27/h100_fitted*).
+    if (!r.config && e.swap_ab && e.scale_mode != ScaleMode::Block32 && r.m > kSwapAbMaxTokens) {
       reject(e.config, "swap-AB decode kernel: M = " + std::to_string(r.m) + " exceeds " +
-                           std::to_string(4 * e.geometry.tile_n) + " tokens");
+                           std::to_string(kSwapAbMaxTokens) + " tokens");
       continue;
     }
     // Before the scale mode: a config's variants differ in scale mode, not in accumulation, so

@@ -320,3 +320,37 @@ def test_ensure_many_compiles_concurrently_and_collects_failures(monkeypatch):
         jit.ensure_many([specs[0], "sm90a_bf16_nope"])
     with pytest.raises(ValueError, match="jobs must be a positive int"):
         jit.ensure_many(specs, jobs=0)
+
+
+# -- a registered user tile and the dispatcher's swap-AB bound (issue 27) ---------------------------
+_WIDE_SWAP = """
+import sys
+import persistent_gemm as pg
+from persistent_gemm import jit
+from persistent_gemm.library import Variant
+name = jit.ensure(sys.argv[1], variants=[Variant(True, True, "bf16", tma_store=False)])  # swap-AB: D transposed
+for m in (64, 257):
+    d = pg.explain(m, 4096, 4096)
+    reasons = [line for line in d.log if line.startswith("rejected " + name)]
+    print(m, d.config, reasons[0] if reasons else "eligible")
+print("forced", pg.explain(257, 4096, 4096, config=name).config == name)
+"""
+
+
+@needs_ext
+@pytest.mark.skipif(jit.build_flags.find_cuda_home() is None, reason="needs nvcc")
+def test_a_registered_wide_swap_ab_tile_is_chosen_only_for_decode(tmp_path):
+    # A user's 144-token swap-AB tile joins the table; the dispatcher must not pick it at 257 rows
+    # (measured 1.07-1.3x behind the built tiles there, and priced too fast by the model), only
+    # within the decode bound, and config= still runs it. In a subprocess: the registration would
+    # otherwise stay in this process and compete in later tests.
+    wide = KernelConfig(tile=(64, 144, 64), kernel="pingpong", swap_ab=True, schedule=TileSchedule(swizzle=1))
+    assert wide.name not in {c.name for c in CATALOGUE}
+    p = subprocess.run([sys.executable, "-c", _WIDE_SWAP, wide.name], capture_output=True, text=True,
+                       env={**os.environ, jit.CACHE_ENV: str(tmp_path)}, cwd=REPO, timeout=900)
+    assert p.returncode == 0, p.stderr
+    lines = dict(line.split(" ", 1) for line in p.stdout.splitlines())
+    assert lines["257"].endswith("swap-AB decode kernel: M = 257 exceeds 64 tokens"), lines["257"]
+    assert not lines["257"].startswith(wide.name)
+    assert lines["64"].endswith("eligible"), lines["64"]  # within the bound it is the model's call
+    assert lines["forced"] == "True"
