@@ -270,8 +270,13 @@ def main() -> int:
             ap.error(f"--shapes: expected MxNxK[,MxNxK...], got {args.shapes!r}")
     extra = []
     if args.configs:
-        from persistent_gemm.kernel_config import as_config
-        extra = [as_config(c) for c in args.configs.split(",")]  # a bad name fails here, before any timing
+        from persistent_gemm.kernel_config import ConfigError, as_config
+        if not args.sweep:
+            ap.error("--configs adds configs to the sweep: pass --sweep too")
+        try:
+            extra = [as_config(c) for c in args.configs.split(",")]  # a bad name fails here, before any timing
+        except (ConfigError, ValueError) as e:
+            ap.error(f"--configs: {e}")
         for cfg, res in zip(extra, pg.jit.ensure_many(extra, jobs=min(len(extra), 8))):
             if isinstance(res, Exception):
                 ap.error(f"--configs: {cfg.name}: {str(res).splitlines()[0]}")
