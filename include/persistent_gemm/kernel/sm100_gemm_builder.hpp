@@ -17,8 +17,7 @@
 //   kStages        smem pipeline depth; 0 = as many as fit after the epilogue's smem
 //   kScale         ScaleMode::None, or for e4m3 Tensorwise (scale_a[0] * scale_b[0]) / Rowwise
 //                  (scale_a[m] * scale_b[n]): fp32 scales applied to the fp32 accumulator in the
-//                  epilogue (an EVT of CUTLASS's SM90 broadcast nodes, which the SM100 TMA
-//                  epilogue runs as its fusion callbacks), rounded once to ElementD.
+//                  epilogue (epilogue/sm100_scale_fusion.hpp), rounded once to ElementD.
 //
 // FP8 accumulation: tcgen05 accumulates e4m3 products in fp32 in TMEM over the whole K; there is
 // no reduced-precision ("fast") accumulator to promote out of, unlike SM90's wgmma. So one
@@ -37,11 +36,10 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/device_kernel.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp"
-#include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/layout/matrix.h"
 
+#include "persistent_gemm/epilogue/sm100_scale_fusion.hpp"
 #include "persistent_gemm/kernel/builder_common.hpp"
 #include "persistent_gemm/kernel/builder_spec.hpp"
 #include "persistent_gemm/kernel/sm100_builder_common.hpp"
@@ -50,63 +48,6 @@
 #include "persistent_gemm/registry.h"
 
 namespace persistent_gemm::kernel {
-
-namespace sm100_detail {
-namespace fusion = cutlass::epilogue::fusion;
-constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
-
-// The epilogue's fusion for a scale mode. CtaTile is the per-CTA tile (2-SM: half the MMA tile's
-// rows), the tile CUTLASS's builder hands the callbacks. Bias / alpha / beta are not fused here
-// (archs.py: sm100a fused_bias=False): the dispatcher applies them after the kernel.
-template <class ElementD, ScaleMode Scale, class CtaTile>
-struct ScaleFusion;
-
-// D = acc: the builder's default linear combination (alpha 1, no C).
-template <class ElementD, class CtaTile>
-struct ScaleFusion<ElementD, ScaleMode::None, CtaTile> {
-  using type = fusion::LinearCombination<ElementD, float, void, float>;
-  template <class Thread>  // the callbacks' arguments (a tag has none of its own)
-  static void set(Thread& t, GemmArgs const&) {
-    t.alpha = 1.0f;
-    t.beta = 0.0f;
-  }
-};
-
-// D = (scale_a[0] * scale_b[0]) * acc: one scalar broadcast reducing two device pointers, read
-// on the device, so no host synchronisation.
-template <class ElementD, class CtaTile>
-struct ScaleFusion<ElementD, ScaleMode::Tensorwise, CtaTile> {
-  using Scalars = fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>, 2>;
-  using type = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, Scalars,
-                               fusion::Sm90AccFetch>;
-  template <class Thread>
-  static void set(Thread& t, GemmArgs const& g) {
-    typename Scalars::Arguments s{};
-    s.scalar_ptrs[0] = static_cast<float const*>(g.scale_a);
-    s.scalar_ptrs[1] = static_cast<float const*>(g.scale_b);
-    t = {s, {}, {}};
-  }
-};
-
-// D = scale_a[m] * (scale_b[n] * acc): a column broadcast of a (one value per row m), a row
-// broadcast of b. Alignment 1: the vectors have M and N entries, any M, N, loads predicated.
-template <class ElementD, class CtaTile>
-struct ScaleFusion<ElementD, ScaleMode::Rowwise, CtaTile> {
-  using ColScale = fusion::Sm90ColBroadcast<0, CtaTile, float, float, cute::Stride<cute::_1, cute::_0, int64_t>, 1>;
-  using RowScale = fusion::Sm90RowBroadcast<0, CtaTile, float, float, cute::Stride<cute::_0, cute::_1, int64_t>, 1>;
-  using Inner = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, RowScale,
-                                fusion::Sm90AccFetch>;
-  using type = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, ElementD, float, kRound>, ColScale, Inner>;
-  template <class Thread>
-  static void set(Thread& t, GemmArgs const& g) {
-    typename ColScale::Arguments col{};
-    col.ptr_col = static_cast<float const*>(g.scale_a);
-    typename RowScale::Arguments row{};
-    row.ptr_row = static_cast<float const*>(g.scale_b);
-    t = {col, {row, {}, {}}, {}};
-  }
-};
-}  // namespace sm100_detail
 
 template <class Spec>
 struct Sm100Gemm : Sm100Host<Sm100Gemm<Spec>> {
@@ -147,7 +88,7 @@ struct Sm100Gemm : Sm100Host<Sm100Gemm<Spec>> {
   static constexpr int kCtaM = int(cute::size<0>(MmaTileShape{})) / (k2Sm ? 2 : 1);
   using CtaTile = cute::Shape<cute::Int<kCtaM>, cute::Int<int(cute::size<1>(MmaTileShape{}))>,
                               cute::Int<int(cute::size<2>(MmaTileShape{}))>>;
-  using Fusion = sm100_detail::ScaleFusion<ElementD, Scale, CtaTile>;
+  using Fusion = epilogue::sm100::ScaleFusion<ElementD, Scale, CtaTile>;
 
   // No source C (void): D = scale * acc. Every fusion node reads no tensor by TMA (no producer
   // load), so the kernel needs no epilogue-load warp.
