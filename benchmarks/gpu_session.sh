@@ -3,7 +3,7 @@
 # Run from the repository root with the CUTLASS wheel downloaded into .whl/ (docs/benchmarks.md,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
-#   bash benchmarks/gpu_session.sh build|test|sanitize|verify|stream_k|fitted|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
+#   bash benchmarks/gpu_session.sh build|test|sanitize|verify|stream_k|fitted|ncu_pair|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
 #
 # bench_mx also times humming (the optional peer) when its wheel is in .whl/
 # (pip download --no-deps -d .whl humming-kernels==0.1.19): installed without dependencies into
@@ -107,6 +107,19 @@ case "${1:-}" in
       --configs "$(cat ${EXTRAS:-benchmarks/results/issue27/fitted_extras.txt})" \
       --shapes "${SHAPES:-257x4096x4096,1000x3000x5000,2048x2048x2048,128x28672x8192}" "$@" 2>&1 \
       | tee "$OUT/fitted.log" | grep -vE "^(sweep|  )" | tail -12; grep -E "^sweep" "$OUT/fitted.log" | sed 's/  */ /g; s/^sweep //' 
+    ;;
+  ncu_pair)
+    # Issue 27's reuse question: one launch each of a data-parallel config and its stream-K twin
+    # on one shape under ncu (DRAM bytes, L2 hit rate, throughput), after `build`. Override with
+    # SHAPE=, DP=, SK= (config names; a config that is not built is JIT-compiled first).
+    shape=${SHAPE:-257x4096x4096}
+    for cfg in "${DP:-sm90a_bf16_128x128x64_c1x2_sw8_row_pp}" "${SK:-sm90a_bf16_128x128x64_c1x2_sw8_row_streamk_pp}"; do
+      timeout 240 ncu --kernel-name regex:sm90_gemm_persistent --launch-skip 3 --launch-count 1 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        python3 benchmarks/profile_config.py --shape "$shape" --config "$cfg" > "$OUT/ncu_${cfg}_${shape}.txt" 2>&1
+      echo "$cfg rc=$?"
+      grep -E "DRAM Throughput|Memory Throughput|L2 Hit Rate|Duration|dram__bytes" "$OUT/ncu_${cfg}_${shape}.txt" | head -8
+    done
     ;;
   closing)
     # A stop's closing run after `build`: every built kernel through the self-check, the demo with
