@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 import persistent_gemm as pg
+from persistent_gemm.explain import SWEEP_OPS  # each op's problem as explain() spells it
 
 SUITE = {
     "square": [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
@@ -141,13 +142,6 @@ def peers(op: str):
     }
 
 
-def explain_kinds(op: str) -> dict:
-    kind, fast, _ = OPS[op]
-    if kind == "bf16":
-        return dict(dtype="bf16", scale="none")
-    return dict(dtype="e4m3", scale="tensor", use_fast_accum=fast)
-
-
 def cutlass_peer():
     """Build (once, cached by torch) and load the stock-CUTLASS peer for bf16 mm, with the
     package's own flags and toolkit/CUTLASS lookup (persistent_gemm.build_flags)."""
@@ -191,7 +185,7 @@ def sweep(op: str, suite, warmup: int, iters: int, out: Path, kernel_time: bool 
     for group, shapes in suite.items():
         for m, n, k in shapes:
             inputs = make_inputs(op, m, n, k)
-            kinds = explain_kinds(op)
+            kinds = SWEEP_OPS[op]
             picked = pg.explain(m, n, k, out_dtype="bf16", **kinds).config
             times = time_interleaved({**{cfg: (lambda *a, cfg=cfg: ours(*a, config=cfg)) for cfg in configs},
                                       peer_label: fns[peer_label]}, inputs, warmup, iters, kernel_time)
@@ -305,7 +299,7 @@ def main() -> int:
                 ours, (peer_name, peer) = res["ours"], [(k_, v) for k_, v in res.items() if k_ != "ours"][0]
                 flops = 2.0 * m * n * k
                 accum = "fp32" if OPS[op][1] is None else ("fast" if OPS[op][1] else "promoted")
-                picked = pg.explain(m, n, k, out_dtype="bf16", **explain_kinds(op)).config
+                picked = pg.explain(m, n, k, out_dtype="bf16", **SWEEP_OPS[op]).config
                 row = dict(op=op, accum=accum, group=group, m=m, n=n, k=k, config=picked, peer=peer_name,
                            ours_ms=ours, peer_ms=peer, ours_tflops=flops / ours / 1e9,
                            peer_tflops=flops / peer / 1e9, speedup=peer / ours, gpu=gpu,

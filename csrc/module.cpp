@@ -13,7 +13,7 @@
 #include "self_check.h"
 #include "heuristics.h"
 #include "text.h"
-#include "persistent_gemm/scheduler/tile_scheduler.hpp"  // kStreamKExtraSteps
+#include "persistent_gemm/scheduler/tile_scheduler.hpp"  // walk_steps
 #include "persistent_gemm/host/catalogue.h"
 
 namespace persistent_gemm {
@@ -59,9 +59,7 @@ at::Tensor device_schedule(std::string const& name, int m, int n, int l, int wor
     int64_t const splits = std::min<int64_t>(shape->split_k, k_tiles);
     int64_t const ids = l * ((mt + shape->cluster_m - 1) / shape->cluster_m) *
                         ((nt + shape->cluster_n - 1) / shape->cluster_n) * splits;
-    // Scheduler::max_steps: a stream-K worker may take kStreamKExtraSteps more than ceil(ids / W).
-    int64_t const steps =
-        std::max<int64_t>(1, (ids + workers - 1) / workers + (shape->stream_k ? scheduler::kStreamKExtraSteps : 0));
+    int64_t const steps = scheduler::walk_steps(ids, workers, shape->stream_k);  // = Scheduler::max_steps
     c10::cuda::CUDAGuard guard(device);
     auto out = at::full({workers, shape->cluster_m * shape->cluster_n, steps, host::kDeviceWalkColumns}, -1,
                         at::TensorOptions().dtype(at::kInt).device(at::kCUDA, device));

@@ -270,8 +270,6 @@ def ident(text: str) -> str:
     return text.replace(".", "_").replace("-", "_")
 
 
-
-
 def catalogue_table(configs: Sequence[KernelConfig] = CATALOGUE,
                     probes: Sequence[KernelConfig] = PARITY_PROBES) -> str:
     rows = "".join(_PARITY_ROW.substitute(c.template_args(), in_catalogue="true") for c in configs)

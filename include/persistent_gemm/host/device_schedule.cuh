@@ -40,8 +40,7 @@ cudaError_t launch_device_schedule(int m, int n, int l, int k_tiles, int workers
   // Launch all W workers, idle ones included, so the layout of `out` does not depend on
   // launched_workers(); a plain grid suffices: the walk needs blockIdx, not cluster hardware.
   dim3 grid(Scheduler::ClusterM, Scheduler::ClusterN * workers, 1);
-  int const steps = Scheduler::max_steps(p);
-  device_schedule_kernel<Scheduler><<<grid, 32, 0, stream>>>(p, steps > 0 ? steps : 1, out);
+  device_schedule_kernel<Scheduler><<<grid, 32, 0, stream>>>(p, Scheduler::max_steps(p), out);
   return cudaGetLastError();
 }
 

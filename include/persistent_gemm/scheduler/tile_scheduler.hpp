@@ -42,8 +42,15 @@ enum class Raster : int { Row = 0, Column = 1 };
 constexpr int kStreamKMinIters = 4;
 // A bound on a stream-K worker's steps beyond ceil(ids / W): its range meets at most this many
 // units more than its share of whole units (tests/test_stream_k.py checks it on the Python twin).
-// The device walk's row count (PersistentTileScheduler::max_steps, and module.cpp) adds it.
 constexpr int kStreamKExtraSteps = 3;
+
+// A bound on any worker's steps, the device walk's rows per worker: ceil(ids / W), plus
+// kStreamKExtraSteps with stream-K; at least 1. Read by PersistentTileScheduler::max_steps and by
+// _C's device_schedule, which sizes the walk's output before the arch module fills it.
+inline int64_t walk_steps(int64_t ids, int64_t workers, bool stream_k) {
+  int64_t const w = workers > 0 ? workers : 1;
+  return std::max<int64_t>(1, (ids + w - 1) / w + (stream_k ? kStreamKExtraSteps : 0));
+}
 
 // How stream-K cuts `units` work units of `k_tiles` K-tiles for `workers` workers (the twin of
 // schedule.stream_k_partition): the tail's units and the workers sharing its iterations, both 0
@@ -185,12 +192,8 @@ class PersistentTileScheduler {
     return p.num_workers < p.num_ids ? p.num_workers : (p.num_ids > 0 ? p.num_ids : 1);
   }
 
-  // A bound on any worker's steps (the device walk's rows per worker): ceil(ids / W), plus
-  // kStreamKExtraSteps with stream-K.
-  static int max_steps(Params const& p) {
-    int const w = p.num_workers > 0 ? p.num_workers : 1;
-    return (p.num_ids + w - 1) / w + (StreamK ? kStreamKExtraSteps : 0);
-  }
+  // A bound on any worker's steps (the device walk's rows per worker): walk_steps.
+  static int max_steps(Params const& p) { return int(walk_steps(p.num_ids, p.num_workers, StreamK)); }
 
   // ---- stream-K tail: iteration ranges (StripStreamK's arithmetic over (unit, K-tile) pairs) ----
   CUTLASS_HOST_DEVICE static int64_t sk_begin(Params const& p, int32_t w) {
