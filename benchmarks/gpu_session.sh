@@ -116,9 +116,10 @@ case "${1:-}" in
     for cfg in "${DP:-sm90a_bf16_128x128x64_c1x2_sw8_row_pp}" "${SK:-sm90a_bf16_128x128x64_c1x2_sw8_row_streamk_pp}"; do
       timeout 240 ncu --kernel-name regex:sm90_gemm_persistent --launch-skip 3 --launch-count 1 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
         python3 benchmarks/profile_config.py --shape "$shape" --config "$cfg" > "$OUT/ncu_${cfg}_${shape}.txt" 2>&1
       echo "$cfg rc=$?"
-      grep -E "DRAM Throughput|Memory Throughput|L2 Hit Rate|Duration|dram__bytes" "$OUT/ncu_${cfg}_${shape}.txt" | head -8
+      grep -E "DRAM Throughput|Memory Throughput|L2 Hit Rate|Duration|dram__bytes|lts__t_sector" "$OUT/ncu_${cfg}_${shape}.txt" | head -10
     done
     ;;
   closing)
