@@ -30,6 +30,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", required=True, help="comma-separated MxNxK")
     ap.add_argument("--op", default="mm", choices=["mm", "scaled_mm", "scaled_mm_fast"])
+    ap.add_argument("--plain", action="store_true", help="just call the peer 8 times (for ncu; no profiler)")
     args = ap.parse_args()
     for shape in args.shapes.split(","):
         m, n, k = (int(x) for x in shape.split("x"))
@@ -37,6 +38,11 @@ def main() -> None:
         for _ in range(5):
             call()
         torch.cuda.synchronize()
+        if args.plain:
+            for _ in range(3):
+                call()
+            torch.cuda.synchronize()
+            continue
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
                 call()
