@@ -34,6 +34,36 @@ inline cudaLaunchAttribute cluster_attribute(dim3 cluster) {
   return attr;
 }
 
+// Clusters of this kernel the device can hold at once (0 if the query fails), asked once per
+// (kernel, device). GPC shape can make it smaller than sm_count / cluster size for clusters of
+// 4 or more: a persistent grid sized by the SM count alone then has workers that only start
+// when others finish, and each of them runs its whole walk late (measured on an H100: 128 tiles
+// of a 2x2-cluster kernel took 63.7 us, against 34.5 with 2-CTA clusters).
+template <class Kernel>
+int max_active_clusters(void const* entry, int device) {
+  static std::atomic<int> cached[64] = {};  // 0: not asked yet; -1: the query failed
+  if (device >= 0 && device < 64) {
+    int const c = cached[device].load(std::memory_order_acquire);
+    if (c != 0) return c > 0 ? c : 0;
+  }
+  int clusters = 0;
+  if (opt_in_smem<Kernel>(entry, device) == cudaSuccess) {
+    cudaLaunchAttribute attr[1] = {cluster_attribute(Kernel::get_cluster_shape())};
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = Kernel::get_cluster_shape();
+    cfg.blockDim = Kernel::get_block_shape();
+    cfg.dynamicSmemBytes = size_t(Kernel::SharedStorageSize);
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&clusters, entry, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();  // not a sticky error; clear it
+      clusters = 0;
+    }
+  }
+  if (device >= 0 && device < 64) cached[device].store(clusters > 0 ? clusters : -1, std::memory_order_release);
+  return clusters;
+}
+
 // cudaLaunchKernelExC rather than CUTLASS's ClusterLauncher: that one sets the smem attribute
 // on every launch and returns a Status, losing the cudaError_t the registry contract passes on.
 template <class Kernel>

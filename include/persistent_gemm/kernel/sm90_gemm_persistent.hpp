@@ -346,9 +346,20 @@ __global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksP
 // What every SM90 builder's run() does once its own checks passed: Params from the kernel's
 // Arguments, then the persistent grid on clusters, on `stream`.
 template <class Kernel>
-cudaError_t launch_sm90_persistent(typename Kernel::Arguments const& args, cudaStream_t stream) {
-  return launch_on_clusters<Kernel>(reinterpret_cast<void const*>(&sm90_gemm_persistent_entry<Kernel>),
-                                    Kernel::to_underlying_arguments(args), stream);
+cudaError_t launch_sm90_persistent(typename Kernel::Arguments args, cudaStream_t stream) {
+  void const* entry = reinterpret_cast<void const*>(&sm90_gemm_persistent_entry<Kernel>);
+  // Workers not forced: no more clusters than the device holds at once (max_active_clusters).
+  // Only clusters of 4 or more can fall short on SM90; the workspace the caller sized for the
+  // uncapped count is at least what the capped one needs (stream-K's slots grow with workers).
+  constexpr int kClusterSize = Kernel::Scheduler::ClusterM * Kernel::Scheduler::ClusterN;
+  if (kClusterSize > 1 && args.scheduler.max_workers < 1 && args.sm_count > 0) {
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess) {
+      int const resident = max_active_clusters<Kernel>(entry, device);
+      if (resident > 0 && resident < args.sm_count / kClusterSize) args.scheduler.max_workers = resident;
+    }
+  }
+  return launch_on_clusters<Kernel>(entry, Kernel::to_underlying_arguments(args), stream);
 }
 
 }  // namespace persistent_gemm::kernel
