@@ -36,9 +36,9 @@ inline cudaLaunchAttribute cluster_attribute(dim3 cluster) {
 
 // Clusters of this kernel the device can hold at once (0 if the query fails), asked once per
 // (kernel, device). GPC shape can make it smaller than sm_count / cluster size for clusters of
-// 4 or more: a persistent grid sized by the SM count alone then has workers that only start
-// when others finish, and each of them runs its whole walk late (measured on an H100: 128 tiles
-// of a 2x2-cluster kernel took 63.7 us, against 34.5 with 2-CTA clusters).
+// 4 or more. A persistent grid larger than that has workers that start only when others
+// finish: each runs its whole walk late, and with split-K or stream-K a reducer spinning on a
+// partial such a worker has yet to write never returns its SM to it.
 template <class Kernel>
 int max_active_clusters(void const* entry, int device) {
   static std::atomic<int> cached[64] = {};  // 0: not asked yet; -1: the query failed

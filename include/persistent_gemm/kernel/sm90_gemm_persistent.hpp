@@ -348,9 +348,9 @@ __global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksP
 template <class Kernel>
 cudaError_t launch_sm90_persistent(typename Kernel::Arguments args, cudaStream_t stream) {
   void const* entry = reinterpret_cast<void const*>(&sm90_gemm_persistent_entry<Kernel>);
-  // Workers not forced: no more clusters than the device holds at once (max_active_clusters).
-  // Only clusters of 4 or more can fall short on SM90; the workspace the caller sized for the
-  // uncapped count is at least what the capped one needs (stream-K's slots grow with workers).
+  // Workers not forced: no more clusters than the device holds at once (max_active_clusters),
+  // as on SM100. The workspace the caller sized for the uncapped count covers the capped one
+  // (stream-K's slots grow with the workers; split-K's do not depend on them).
   constexpr int kClusterSize = Kernel::Scheduler::ClusterM * Kernel::Scheduler::ClusterN;
   if (kClusterSize > 1 && args.scheduler.max_workers < 1 && args.sm_count > 0) {
     int device = 0;
