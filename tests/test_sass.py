@@ -152,3 +152,32 @@ def test_sm90a_mx_decode_gemv_streams_by_tma_and_reads_shared_memory_with_lds():
     for name, body in gemv.items():
         assert "UTMALDG" in body and re.search(r"\bHMMA\.16816\.F32\b", body) and "LDS" in body, name
         assert not re.search(r"\bLD\.E\b", body), f"{name}: generic loads (a shared pointer lost its space)"
+
+
+def test_wgmma_n_extents_outside_powers_of_two_issue_full_width(tmp_path):
+    """A 144-token swap-AB tile issues one 64x144 wgmma per K-step, not nine 64x16 ones. CuTe
+    offers the N extents outside {8, 16, 32, 64, 96, 128, 192, 256} only under
+    CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED (build_flags.NVCC_FLAGS); without it CUTLASS's builder
+    falls back to the largest offered divisor of the tile's N (measured on an H100 at 257x4096^2:
+    34.5 us against cuBLAS's 21.7 with the same tile). Compiles one JIT translation unit to a
+    cubin: about 30 s on two cores."""
+    from persistent_gemm import build_flags, codegen, jit
+    from persistent_gemm.archs import ARCHS
+
+    home = build_flags.find_cuda_home()
+    cutlass, why = build_flags.find_cutlass()
+    if home is None or cutlass is None:
+        pytest.skip(why or "no CUDA toolkit")
+    cfg = parse_name("sm90a_bf16_64x144x64_c1x1_sw1_row_pp_swapab")
+    tus = [p for p in codegen.jit_sources(tmp_path / "src", cfg, jit.variants_for(cfg))
+           if p.suffix == ".cu" and p.stem == cfg.name]
+    assert len(tus) == 1, tus
+    cubin = tmp_path / "k.cubin"
+    flags = [f for f in build_flags.nvcc_flags(ARCHS["sm90a"].gencode) if not f.startswith("-gencode")]
+    includes = [f"-I{d}" for d in build_flags.include_dirs(Path(__file__).resolve().parents[1], cutlass, home)]
+    out = subprocess.run([str(home / "bin" / "nvcc"), "-cubin", "-arch=sm_90a", "-o", str(cubin), str(tus[0]),
+                          *includes, *flags], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = subprocess.run([cuobjdump(), "-sass", str(cubin)], capture_output=True, text=True, timeout=300).stdout
+    extents = set(re.findall(r"\bHGMMA\.64x(\d+)x16\.F32\.BF16", text))
+    assert extents == {"144"}, f"wgmma N extents issued: {sorted(extents)}"
