@@ -164,8 +164,8 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
     // 2x slower at M = 64 already (H200 sweep); user tiles 96 and 144 tokens wide ran 1.07-1.3x
     // slower than the best built tile at 257 x 4096^2, and the model priced their cooperative
     // form 1.4-1.7x too fast, so it picked them (H100, benchmarks/results/issue27/h100_fitted*).
-    // Those 144-wide tiles issued 64x16 wgmmas (CuTe's fallback before build_flags enabled the
-    // extended N extents): re-measure them before lifting this bound (issue 27).
+    // Those 144-wide tiles issued 64x16 wgmmas (CuTe's fallback before codegen enabled the
+    // extended N extents in their TUs): re-measure them before lifting this bound (issue 27).
     if (!r.config && e.swap_ab && e.scale_mode != ScaleMode::Block32 && r.m > kSwapAbMaxTokens) {
       reject(e.config, "swap-AB decode kernel: M = " + std::to_string(r.m) + " exceeds " +
                            std::to_string(kSwapAbMaxTokens) + " tokens");

@@ -157,8 +157,9 @@ def test_sm90a_mx_decode_gemv_streams_by_tma_and_reads_shared_memory_with_lds():
 def test_wgmma_n_extents_outside_powers_of_two_issue_full_width(tmp_path):
     """A 144-token swap-AB tile issues one 64x144 wgmma per K-step, not nine 64x16 ones. CuTe
     offers the N extents outside {8, 16, 32, 64, 96, 128, 192, 256} only under
-    CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED (build_flags.NVCC_FLAGS); without it CUTLASS's builder
-    falls back to the largest offered divisor of the tile's N (measured on an H100 at 257x4096^2:
+    CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, which codegen defines in such a tile's TU
+    (archs.ArchSpec.plain_mma_n); without it CUTLASS's builder falls back to the largest offered
+    divisor of the tile's N (measured on an H100 at 257x4096^2:
     34.5 us against cuBLAS's 21.7 with the same tile). Compiles one JIT translation unit to a
     cubin: about 30 s on two cores."""
     from persistent_gemm import build_flags, codegen, jit

@@ -85,6 +85,13 @@ class ArchSpec:
     #: dispatcher then self-checks each kernel on its first use in a process (csrc/self_check.cpp).
     validated_on_hardware: bool
     limits: ArchLimits
+    #: MMA N extents CUTLASS's collective builder offers for this arch as its headers ship. A tile
+    #: whose N is outside gets, from CuTe, the largest offered extent dividing it (a 64x144 SM90
+    #: tile issued nine 64x16 wgmmas per K-step), unless its TU defines
+    #: CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED: codegen does, in that TU only (the macro costs every
+    #: TU about 70% more compile time: 104 s against 62 s for a bf16 kernel on 2 cores).
+    #: Empty: no such rule (SM100 tiles take their UMMA N as they are).
+    plain_mma_n: tuple[int, ...] = ()
 
     @property
     def family(self) -> str:
@@ -112,7 +119,8 @@ ARCHS: dict[str, ArchSpec] = {a.name: a for a in (
              builder_header="sm90_gemm_builder", sm_count=132, part="H200", cost=_H200,
              fused_bias=True, validated_on_hardware=True,
              limits=ArchLimits(smem_bytes=232448, accumulator_register_budget=192, mx_tile_k=128, mx_tile_n=0,
-                               mx_epilogue_smem_bytes=0)),
+                               mx_epilogue_smem_bytes=0),
+             plain_mma_n=(8, 16, 32, 64, 96, 128, 192, 256)),
     ArchSpec(name="sm100a", sm=(10, 0), torch_arch="10.0a", gencode="-gencode=arch=compute_100a,code=sm_100a",
              min_nvcc=(12, 8), styles=("1sm", "2sm"), default_style="1sm",
              builder_header="sm100_gemm_builder", sm_count=148, part="B200", cost=_B200,

@@ -21,13 +21,10 @@ NVCC_FLAGS: tuple[str, ...] = (
     "-O3", "-std=c++17", "--expt-relaxed-constexpr", "--expt-extended-lambda", "-DNDEBUG",
     "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
     "-U__CUDA_NO_HALF2_OPERATORS__", "-Xptxas=--warn-on-spills", "-diag-suppress=20012",
-    # CuTe offers the wgmma N extents outside {8, 16, 32, 64, 96, 128, 192, 256} (136, 144, ...)
-    # only with this macro; without it, CUTLASS's collective builder falls back to the largest
-    # offered extent dividing the tile: a 64x144 tile issued nine 64x16 wgmmas per K-step, each
-    # re-reading A from shared memory (SASS: HGMMA.64x16x16). Tiles with offered extents compile
-    # to the same SASS either way.
-    "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",
 )
+#: Defined at the top of a generated TU whose tile needs an MMA N extent outside the arch's
+#: ``plain_mma_n`` (archs.py; codegen decides), never globally: it slows every TU's compile.
+EXTENDED_MMA_SHAPES_MACRO = "CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"
 
 #: Kernels per generated translation unit (codegen: a config's variants share one TU, which
 #: shares CUTLASS's front-end work among them). Bounded by memory: an FP8 config's four variants
