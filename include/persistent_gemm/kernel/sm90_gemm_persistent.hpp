@@ -190,7 +190,13 @@ class Sm90GemmPersistent {
       return 0;
     } else {
       auto const p = scheduler_params(args);
-      if constexpr (kStreamK) return int64_t(p.sk_workers) * Scheduler::ClusterM * Scheduler::ClusterN;
+      if constexpr (kStreamK) {
+        // One slot per tail worker and CTA. With clusters the launch may cap the workers after
+        // the caller sized this (launch_sm90_persistent), and a capped grid can have a tail
+        // where the uncapped one had none: size for every worker, which bounds any tail.
+        constexpr int kClusterSize = Scheduler::ClusterM * Scheduler::ClusterN;
+        return int64_t(kClusterSize > 1 ? p.num_workers : p.sk_workers) * kClusterSize;
+      }
       int64_t const tiles = int64_t(p.tiles_m) * p.tiles_n * cute::get<3>(args.problem);
       return tiles * (p.splits - 1);
     }
@@ -350,7 +356,7 @@ cudaError_t launch_sm90_persistent(typename Kernel::Arguments args, cudaStream_t
   void const* entry = reinterpret_cast<void const*>(&sm90_gemm_persistent_entry<Kernel>);
   // Workers not forced: no more clusters than the device holds at once (max_active_clusters),
   // as on SM100. The workspace the caller sized for the uncapped count covers the capped one
-  // (stream-K's slots grow with the workers; split-K's do not depend on them).
+  // (split-K's slots do not depend on the workers; stream-K's are sized for all of them).
   constexpr int kClusterSize = Kernel::Scheduler::ClusterM * Kernel::Scheduler::ClusterN;
   if (kClusterSize > 1 && args.scheduler.max_workers < 1 && args.sm_count > 0) {
     int device = 0;
