@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from persistent_gemm.library import Variant
 from persistent_gemm.schedule import TileSchedule
 
 from conftest import FAST, REPO
+from support.build import cuobjdump
 
 needs_ext = pytest.mark.skipif(not pg.extension_available(), reason="needs the built extension")
 #: The CI compile: column raster, swizzle 5, cluster 1x2 -- in no catalogue, and not the spec the
@@ -337,20 +339,46 @@ print("forced", pg.explain(257, 4096, 4096, config=name).config == name)
 """
 
 
-@needs_ext
-@pytest.mark.skipif(jit.build_flags.find_cuda_home() is None, reason="needs nvcc")
-def test_a_registered_wide_swap_ab_tile_is_chosen_only_for_decode(tmp_path):
-    # A user's 144-token swap-AB tile joins the table; the dispatcher must not pick it at 257 rows
-    # (measured 1.07-1.3x behind the built tiles there, and priced too fast by the model), only
-    # within the decode bound, and config= still runs it. In a subprocess: the registration would
-    # otherwise stay in this process and compete in later tests.
+@pytest.fixture(scope="module")
+def wide_swap_ab(tmp_path_factory):
+    """A user's 144-token swap-AB tile (not in the catalogue), JIT-compiled and registered in a
+    subprocess (the registration would otherwise stay in this process and compete in later
+    tests): (its name, the subprocess's stdout lines by key, its JIT cache folder)."""
+    if not pg.extension_available():
+        pytest.skip("needs the built extension")
+    if jit.build_flags.find_cuda_home() is None:
+        pytest.skip("needs nvcc")
     wide = KernelConfig(tile=(64, 144, 64), kernel="pingpong", swap_ab=True, schedule=TileSchedule(swizzle=1))
     assert wide.name not in {c.name for c in CATALOGUE}
+    cache = tmp_path_factory.mktemp("jit_wide_swap_ab")
     p = subprocess.run([sys.executable, "-c", _WIDE_SWAP, wide.name], capture_output=True, text=True,
-                       env={**os.environ, jit.CACHE_ENV: str(tmp_path)}, cwd=REPO, timeout=900)
+                       env={**os.environ, jit.CACHE_ENV: str(cache)}, cwd=REPO, timeout=900)
     assert p.returncode == 0, p.stderr
-    lines = dict(line.split(" ", 1) for line in p.stdout.splitlines())
+    return wide.name, dict(line.split(" ", 1) for line in p.stdout.splitlines()), cache
+
+
+def test_a_registered_wide_swap_ab_tile_is_chosen_only_for_decode(wide_swap_ab):
+    # The dispatcher must not pick it at 257 rows (measured 1.07-1.3x behind the built tiles
+    # there, and priced too fast by the model), only within the decode bound, and config= still
+    # runs it.
+    name, lines, _ = wide_swap_ab
     assert lines["257"].endswith("swap-AB decode kernel: M = 257 exceeds 64 tokens"), lines["257"]
-    assert not lines["257"].startswith(wide.name)
+    assert not lines["257"].startswith(name)
     assert lines["64"].endswith("eligible"), lines["64"]  # within the bound it is the model's call
     assert lines["forced"] == "True"
+
+
+def test_wgmma_n_extents_outside_powers_of_two_issue_full_width(wide_swap_ab):
+    """The same tile's module issues one 64x144 wgmma per K-step, not nine 64x16 ones. CuTe
+    offers the N extents outside {8, 16, 32, 64, 96, 128, 192, 256} only under
+    CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, which codegen defines in such a tile's TU
+    (archs.ArchSpec.plain_mma_n); without it CUTLASS's builder falls back to the largest offered
+    divisor of the tile's N (measured on an H100 at 257x4096^2: 34.5 us, where cuBLAS's 64x136
+    tile took 21.7)."""
+    _, _, cache = wide_swap_ab
+    modules = sorted(cache.rglob("pgemm_jit_*.so"))
+    assert len(modules) == 1, modules
+    out = subprocess.run([cuobjdump(), "-sass", str(modules[0])], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    extents = set(re.findall(r"\bHGMMA\.64x(\d+)x16\.F32\.BF16", out.stdout))
+    assert extents == {"144"}, f"wgmma N extents issued: {sorted(extents)}"

@@ -5,30 +5,16 @@ from the CUDA toolkit or from the triton package that torch installs.
 """
 
 import importlib
-import importlib.util
 import re
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 import persistent_gemm as pg
 from persistent_gemm.catalogue import parse_name
+from support.build import cuobjdump
 
 pytestmark = pytest.mark.skipif(not pg.extension_available(), reason="extension not built")
-
-
-def cuobjdump():
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    spec = importlib.util.find_spec("triton")
-    if spec and spec.submodule_search_locations:
-        cand = Path(spec.submodule_search_locations[0]) / "backends" / "nvidia" / "bin" / "cuobjdump"
-        if cand.is_file():
-            return str(cand)
-    pytest.skip("no cuobjdump (CUDA toolkit or triton) on this machine")
 
 
 def sass(arch: str) -> str:
@@ -38,7 +24,6 @@ def sass(arch: str) -> str:
     out = subprocess.run([cuobjdump(), "--dump-sass", mod.__file__], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     return out.stdout
-
 
 
 def _built_families(arch: str) -> set:
@@ -153,32 +138,3 @@ def test_sm90a_mx_decode_gemv_streams_by_tma_and_reads_shared_memory_with_lds():
         assert "UTMALDG" in body and re.search(r"\bHMMA\.16816\.F32\b", body) and "LDS" in body, name
         assert not re.search(r"\bLD\.E\b", body), f"{name}: generic loads (a shared pointer lost its space)"
 
-
-def test_wgmma_n_extents_outside_powers_of_two_issue_full_width(tmp_path):
-    """A 144-token swap-AB tile issues one 64x144 wgmma per K-step, not nine 64x16 ones. CuTe
-    offers the N extents outside {8, 16, 32, 64, 96, 128, 192, 256} only under
-    CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, which codegen defines in such a tile's TU
-    (archs.ArchSpec.plain_mma_n); without it CUTLASS's builder falls back to the largest offered
-    divisor of the tile's N (measured on an H100 at 257x4096^2:
-    34.5 us, where cuBLAS's 64x136 tile took 21.7). Compiles one JIT translation unit to a
-    cubin: about 30 s on two cores."""
-    from persistent_gemm import build_flags, codegen, jit
-    from persistent_gemm.archs import ARCHS
-
-    home = build_flags.find_cuda_home()
-    cutlass, why = build_flags.find_cutlass()
-    if home is None or cutlass is None:
-        pytest.skip(why or "no CUDA toolkit")
-    cfg = parse_name("sm90a_bf16_64x144x64_c1x1_sw1_row_pp_swapab")
-    tus = [p for p in codegen.jit_sources(tmp_path / "src", cfg, jit.variants_for(cfg))
-           if p.suffix == ".cu" and p.stem == cfg.name]
-    assert len(tus) == 1, tus
-    cubin = tmp_path / "k.cubin"
-    flags = [f for f in build_flags.nvcc_flags(ARCHS["sm90a"].gencode) if not f.startswith("-gencode")]
-    includes = [f"-I{d}" for d in build_flags.include_dirs(Path(__file__).resolve().parents[1], cutlass, home)]
-    out = subprocess.run([str(home / "bin" / "nvcc"), "-cubin", "-arch=sm_90a", "-o", str(cubin), str(tus[0]),
-                          *includes, *flags], capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    text = subprocess.run([cuobjdump(), "-sass", str(cubin)], capture_output=True, text=True, timeout=300).stdout
-    extents = set(re.findall(r"\bHGMMA\.64x(\d+)x16\.F32\.BF16", text))
-    assert extents == {"144"}, f"wgmma N extents issued: {sorted(extents)}"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
+from pathlib import Path
 from typing import Optional
 
 import pytest
@@ -72,3 +75,18 @@ def requires_config(name: str) -> None:
 
 def catalogue_config(name: str):
     return next(c for c in pg.CATALOGUE if c.name == name)
+
+
+# -- tools -------------------------------------------------------------------------------------------
+def cuobjdump() -> str:
+    """cuobjdump from the CUDA toolkit, else the one the triton package (which torch installs)
+    ships; skips the test when neither is there."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    spec = importlib.util.find_spec("triton")
+    if spec and spec.submodule_search_locations:
+        cand = Path(spec.submodule_search_locations[0]) / "backends" / "nvidia" / "bin" / "cuobjdump"
+        if cand.is_file():
+            return str(cand)
+    pytest.skip("no cuobjdump (CUDA toolkit or triton) on this machine")
