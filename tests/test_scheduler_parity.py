@@ -31,6 +31,7 @@ def test_catalogue_names_agree():
     assert {c.schedule.raster for c in ALL.values()} == {"row", "column"}
     assert len({c.schedule.cluster for c in ALL.values()}) >= 6
     assert {c.schedule.split_k for c in ALL.values()} >= {1, 2, 3, 4, 16}
+    assert {c.schedule.stream_k_lanes for c in ALL.values() if c.schedule.stream_k} == {True, False}
 
 
 @pytest.mark.parametrize("name", sorted(ALL))

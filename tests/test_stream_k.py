@@ -26,11 +26,12 @@ def _cfg(**sched) -> KernelConfig:
 
 @PROPS
 @given(base=schedules, mt=st.integers(1, 30), nt=st.integers(1, 30), k=st.integers(1, 6000),
-       batch=st.integers(1, 2), workers=st.integers(1, 140))
-def test_pieces_cover_each_units_k_once_in_fixed_order(base, mt, nt, k, batch, workers):
-    cfg = KernelConfig(tile=(128, 64, 64), kernel="pingpong", schedule=base.replace(split_k=1, stream_k=True))
+       batch=st.integers(1, 2), workers=st.integers(1, 140), lanes=st.booleans())
+def test_pieces_cover_each_units_k_once_in_fixed_order(base, mt, nt, k, batch, workers, lanes):
+    cfg = KernelConfig(tile=(128, 64, 64), kernel="pingpong",
+                       schedule=base.replace(split_k=1, stream_k=True, stream_k_lanes=lanes))
     g = cfg.grid(mt * 128 - 5, nt * 64 - 3, batch=batch, K=k)
-    plain = cfg.schedule.replace(stream_k=False).over(g.M, g.N, (128, 64, 64), batch=batch, K=k)
+    plain = cfg.schedule.replace(stream_k=False, stream_k_lanes=True).over(g.M, g.N, (128, 64, 64), batch=batch, K=k)
     part = g.stream_k(workers)
     kt = g.k_tiles
     head_steps = part.dp_units // workers
@@ -52,14 +53,64 @@ def test_pieces_cover_each_units_k_once_in_fixed_order(base, mt, nt, k, batch, w
         assert ps[0][0] == 0 and ps[-1][1] == kt  # contiguous K ranges covering [0, Kt)
         assert all(a[1] == b[0] and a[1] > a[0] for a, b in zip(ps, ps[1:]))
         assert [p[2] for p in ps] == list(range(len(ps)))  # split: index in K order
-        assert [p[3] for p in ps] == list(range(ps[0][3], ps[0][3] + len(ps)))  # consecutive workers
+        # consecutive workers of one lane (every worker's lane index is w // lanes)
+        assert [p[3] for p in ps] == list(range(ps[0][3], ps[0][3] + part.lanes * len(ps), part.lanes))
         if len(ps) > 1:
             assert t >= part.dp_units and part.pieces(t - part.dp_units) == len(ps)
             assert ps[0][4] == ps[0][5] - 1  # the reducer is its worker's last step: it waits last
             assert all(p[4] == head_steps for p in ps[1:])  # a partial is its worker's first tail step
-    if part.sk_units:  # the tail's iterations, dealt as evenly as integers allow
-        sizes = [part.begin(w + 1) - part.begin(w) for w in range(part.sk_workers)]
-        assert sum(sizes) == part.sk_units * kt and max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+    if part.sk_units:  # each lane's iterations, dealt as evenly as integers allow
+        sizes = [part.begin(j + 1) - part.begin(j) for j in range(part.parts)]
+        assert sum(sizes) * part.lanes == part.sk_units * kt and max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+        flat = stream_k_partition(g.num_ids, kt, workers).sk_workers
+        assert part.sk_workers % part.lanes == 0 and flat - part.lanes < part.sk_workers <= flat
+    if not lanes:
+        assert part.lanes == 1
+
+
+@PROPS
+@given(base=schedules, mt=st.integers(1, 30), nt=st.integers(1, 30), k=st.integers(1, 3000),
+       batch=st.integers(1, 2), workers=st.integers(1, 140))
+def test_lanes_keep_a_strips_units_in_step(base, mt, nt, k, batch, workers):
+    """The point of lanes: the workers ``lanes * j + lane`` of one lane index visit, step for
+    step, units that share the minor operand's strip (one panel column) over the same K-tiles;
+    a tail that is not whole panel columns is not cut into lanes."""
+    sched = base.replace(split_k=1, stream_k=True)
+    g = sched.over(mt * 128 - 5, nt * 64 - 3, (128, 64, 64), batch=batch, K=k)
+    part = g.stream_k(workers)
+    flat = sched.replace(stream_k_lanes=False).over(g.M, g.N, (128, 64, 64), batch=batch, K=k).stream_k(workers)
+    assert (part.dp_units, part.sk_units) == (flat.dp_units, flat.sk_units)
+    if part.lanes == 1:
+        return
+    assert part.sk_units % part.lanes == 0 and part.lanes <= sched.swizzle
+    row = sched.raster == "row"
+    for j in range(part.parts):
+        walks = [list(g.tiles_of(part.lanes * j + lane, workers))[part.dp_units // workers:]
+                 for lane in range(part.lanes)]
+        assert len({len(wk) for wk in walks}) == 1
+        for step in zip(*walks):
+            assert len({(v.batch, v.cluster_col if row else v.cluster_row) for v in step}) == 1  # one strip
+            assert len({(v.k_begin, v.k_end, v.split) for v in step}) == 1                       # same K
+            assert sorted(v.cluster_row if row else v.cluster_col for v in step) == \
+                list(range(min(v.cluster_row if row else v.cluster_col for v in step),
+                           min(v.cluster_row if row else v.cluster_col for v in step) + part.lanes))
+
+
+def test_lanes_at_257_rows_put_a_columns_three_bands_side_by_side():
+    """257 x 4096^2 on 128x128 tiles with 1x2 clusters: 3 bands x 16 cluster columns, all tail
+    on 66 workers; 3 lanes of 22 workers. Without lanes one worker's range crosses from band to
+    band, so the bands of a column are read at unrelated K offsets."""
+    sched = TileSchedule(swizzle=8, cluster=(1, 2), stream_k=True)
+    g = sched.over(257, 4096, (128, 128, 64), K=4096)
+    part = g.stream_k(66)
+    assert (part.sk_units, part.sk_workers, part.lanes, part.items) == (48, 66, 3, 16 * 64)
+    first = [next(iter(g.tiles_of(w, 66))) for w in range(3)]
+    assert [(v.cluster_row, v.cluster_col, v.k_begin, v.k_end) for v in first] == [(r, 0, 0, 47) for r in range(3)]
+    flat = sched.replace(stream_k_lanes=False).over(257, 4096, (128, 128, 64), K=4096)
+    assert flat.stream_k(66).lanes == 1
+    # unit-major: at step 0 the bands of column 0 are read from K-tiles 0, 47, 30 and 13
+    assert [(v.tile_id, v.k_begin) for v in (next(iter(flat.tiles_of(w, 66))) for w in range(4))] == \
+        [(0, 0), (0, 47), (1, 30), (2, 13)]
 
 
 @pytest.mark.parametrize("units, k_tiles, workers, want", [
@@ -97,6 +148,14 @@ def test_names_round_trip_and_rules():
         KernelConfig.from_name("sm90a_bf16_128x64x64_c2x1_sw3_column_sk2_streamk_pp")
     with pytest.raises(TypeError, match="stream_k must be a bool"):
         TileSchedule(stream_k=1)
+    flat = _cfg(swizzle=3, stream_k_lanes=False)
+    assert flat.name == "sm90a_bf16_128x64x64_c1x1_sw3_row_streamk_nolanes_pp"
+    assert KernelConfig.from_name(flat.name) == flat
+    assert flat.template_args()["schedule_tag"].endswith("Raster::Row, 1, true, false>")
+    with pytest.raises(ValueError, match="stream_k_lanes=False .* needs stream_k=True"):
+        TileSchedule(stream_k_lanes=False)
+    with pytest.raises(ConfigError, match="stream_k_lanes=False"):
+        KernelConfig.from_name("sm90a_bf16_128x64x64_c2x1_sw3_column_nolanes_pp")
 
 
 def test_stream_k_outside_the_sm90_gemm_builder_is_refused_before_compiling():

@@ -155,7 +155,8 @@ class KernelConfig:
             "schedule_tag": (
                 f"persistent_gemm::scheduler::PersistentSchedule<{s.swizzle}, {s.cluster_m}, {s.cluster_n}, "
                 f"persistent_gemm::scheduler::Raster::{raster}"
-                + (f", {s.split_k}>" if s.split_k > 1 else ", 1, true>" if s.stream_k else ">")
+                + (f", {s.split_k}>" if s.split_k > 1 else
+                   (", 1, true>" if s.stream_k_lanes else ", 1, true, false>") if s.stream_k else ">")
             ),
             "stages": "0" if self.stages is None else str(self.stages),
             "kernel_style": {
@@ -207,6 +208,8 @@ _NAME_PARTS: tuple[_Part, ...] = (
     _Part(r"sk(?P<sk>\d+)", ("sk<split_k>",), lambda c: f"sk{c.schedule.split_k}" if c.schedule.split_k > 1 else None,
           optional=True),
     _Part(r"(?P<streamk>streamk)", ("streamk",), lambda c: "streamk" if c.schedule.stream_k else None, optional=True),
+    _Part(r"(?P<nolanes>nolanes)", ("nolanes",), lambda c: None if c.schedule.stream_k_lanes else "nolanes",
+          optional=True),
     _Part(*_tokens("style", STYLE_TOKENS.values()), lambda c: STYLE_TOKENS[c.kernel]),
     _Part(*_tokens("swap", (SWAP_TOKEN,)), lambda c: SWAP_TOKEN if c.swap_ab else None, optional=True),
     _Part(*_tokens("accum", (ACCUM_TOKEN,)), lambda c: ACCUM_TOKEN if c.accum == "fast" else None, optional=True),
@@ -239,6 +242,7 @@ def parse_name(name: str) -> KernelConfig:
         schedule = TileSchedule(
             swizzle=int(g["sw"]), cluster=(int(g["cm"]), int(g["cn"])), raster=g["raster"],
             split_k=int(g["sk"]) if g["sk"] else 1, stream_k=g["streamk"] is not None,
+            stream_k_lanes=g["nolanes"] is None,
         )
     except (TypeError, ValueError) as e:
         raise ConfigError(f"config name {name!r}: {e}") from None

@@ -27,6 +27,9 @@ def _probe_schedules() -> tuple[KernelConfig, ...]:
                                      (2, (2, 2), "column")):
         sched = TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster, stream_k=True)
         probes.append(KernelConfig(tile=(128, 64, 64), schedule=sched, kernel="pingpong"))
+    # ... and dealt unit-major (no lanes), which the catalogue does not use.
+    probes.append(KernelConfig(tile=(128, 64, 64), kernel="pingpong",
+                               schedule=TileSchedule(swizzle=3, cluster=(2, 1), stream_k=True, stream_k_lanes=False)))
     names = {c.name for c in CATALOGUE}
     return tuple(p for p in probes if p.name not in names)
 

@@ -40,6 +40,15 @@ DeepGEMM's grouped swizzle.
   reduces it and writes D; a later piece (only ever its worker's first) publishes fp32 partial
   sums that piece 0 adds in worker order, so the sum is fixed by (shape, W). The last wave is
   filled at any K-tile boundary, not only at whole units.
+* Stream-K lanes (``stream_k_lanes=True``, the default): dealt unit-major, the tail's units
+  that share an operand strip (a column's bands, row raster) would be reduced by different
+  workers at unrelated K offsets, so the strip is read from DRAM once per band. Instead the tail
+  is cut into ``Λ`` lanes (:func:`stream_k_lanes`: the width of the panel the tail lies in, when
+  the tail is whole panel columns; else 1): tail unit ``u`` is position ``u // Λ`` of lane
+  ``u % Λ``, worker ``w`` works in lane ``w % Λ`` as its ``w // Λ``-th worker, and each lane's
+  positions are dealt as above to ``W' / Λ`` workers (``W'`` rounded down to a multiple of
+  ``Λ``). Workers ``Λj .. Λj + Λ - 1`` then reduce the same column's bands over the same K
+  ranges at the same time, and the strip is read once.
 """
 
 from __future__ import annotations
@@ -112,6 +121,10 @@ class TileSchedule:
     stream_k : bool
         Data-parallel for the full waves, stream-K over the rest (module docstring): the last
         wave is shared out in K-tiles, not whole tiles. Excludes ``split_k > 1``.
+    stream_k_lanes : bool
+        With ``stream_k``: deal the tail in lanes, so that the units sharing an operand strip
+        run side by side over the same K ranges (module docstring); ``False`` deals it
+        unit-major. Must stay ``True`` (its default) without ``stream_k``.
 
     Examples
     --------
@@ -140,6 +153,7 @@ class TileSchedule:
     raster: Raster = "row"
     split_k: int = 1
     stream_k: bool = False
+    stream_k_lanes: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.swizzle, bool) or not isinstance(self.swizzle, int):
@@ -170,6 +184,10 @@ class TileSchedule:
             raise TypeError(f"stream_k must be a bool, got {self.stream_k!r}")
         if self.stream_k and self.split_k > 1:
             raise ValueError(f"stream_k=True and split_k={self.split_k} are two ways to split K: choose one")
+        if not isinstance(self.stream_k_lanes, bool):
+            raise TypeError(f"stream_k_lanes must be a bool, got {self.stream_k_lanes!r}")
+        if not self.stream_k_lanes and not self.stream_k:
+            raise ValueError("stream_k_lanes=False deals a stream-K tail unit-major: it needs stream_k=True")
 
     @property
     def cluster_m(self) -> int:
@@ -230,21 +248,32 @@ class StreamKPartition(EvenShare):
 
     dp_units: int    # the data-parallel head: ids [0, dp_units), a multiple of the workers
     sk_units: int    # the stream-K tail: ids [dp_units, dp_units + sk_units)
-    sk_workers: int  # workers sharing the tail's iterations (0: no tail)
+    sk_workers: int  # workers sharing the tail's iterations (0: no tail), a multiple of lanes
     k_tiles: int
+    lanes: int = 1   # the tail's lanes (:func:`stream_k_lanes`): each lane is an even share
 
     @property
     def items(self) -> int:
-        return self.sk_units * self.k_tiles
+        """Iterations of one lane: its positions times the K-tiles."""
+        return self.sk_units // self.lanes * self.k_tiles
 
     @property
     def parts(self) -> int:
-        return self.sk_workers
+        """Workers of one lane."""
+        return self.sk_workers // self.lanes
 
     def pieces(self, t: int) -> int:
         """Pieces tail unit ``t`` (counted from the tail's start) is cut into."""
-        kt = self.k_tiles
-        return self.owner((t + 1) * kt - 1) - self.owner(t * kt) + 1
+        kt, pos = self.k_tiles, t // self.lanes
+        return self.owner((pos + 1) * kt - 1) - self.owner(pos * kt) + 1
+
+    def with_lanes(self, lanes: int) -> "StreamKPartition":
+        """This partition dealt in ``lanes`` lanes (``sk_workers`` rounded down to a multiple)."""
+        if lanes == 1 or self.sk_units == 0:
+            return self
+        if self.sk_units % lanes or self.sk_workers < lanes:
+            raise ValueError(f"{lanes} lanes need a tail of whole lane positions and a worker per lane, got {self}")
+        return dataclasses.replace(self, sk_workers=self.sk_workers // lanes * lanes, lanes=lanes)
 
 
 def stream_k_partition(units: int, k_tiles: int, workers: int) -> StreamKPartition:
@@ -264,6 +293,30 @@ def stream_k_partition(units: int, k_tiles: int, workers: int) -> StreamKPartiti
     sk_units = rest + workers if full >= 1 else units
     sk_workers = min(workers, max(sk_units, sk_units * k_tiles // STREAM_K_MIN_ITERS))
     return StreamKPartition(units - sk_units, sk_units, sk_workers, k_tiles)
+
+
+def stream_k_lanes(part: StreamKPartition, clusters_major: int, clusters_minor: int, swizzle: int) -> int:
+    """Lanes of a stream-K tail (module docstring): the width of the panel it lies in, when the
+    tail is whole panel columns of panels of one width, else 1 (``tile_scheduler.hpp``'s
+    ``stream_k_lanes`` computes the same). Consecutive ids of a panel column share a strip of
+    the minor operand, so a lane position is one column.
+
+    >>> stream_k_lanes(stream_k_partition(48, 64, 66), clusters_major=3, clusters_minor=16, swizzle=8)
+    3
+    >>> stream_k_lanes(stream_k_partition(47, 64, 66), clusters_major=3, clusters_minor=16, swizzle=8)  # ragged
+    1
+    """
+    if part.sk_units == 0:
+        return 1
+    narrow = clusters_major % swizzle
+    last = narrow or swizzle
+    if part.sk_units <= last * clusters_minor:
+        lanes = last                # inside the last panel, which ends where the ids end
+    elif narrow == 0:
+        lanes = swizzle             # panels of one width throughout (batches start on one)
+    else:
+        return 1
+    return lanes if lanes > 1 and part.sk_units % lanes == 0 and part.sk_workers >= lanes else 1
 
 
 class WorkTile(NamedTuple):
@@ -403,17 +456,25 @@ class ScheduleGrid:
         """Worker ``worker``'s stream-K pieces from ``step`` on: its range cut at unit boundaries."""
         if worker >= part.sk_workers:
             return
-        Kt, head = self.k_tiles, part.dp_units
-        b, e = part.begin(worker), part.begin(worker + 1)
-        for u in range(b // Kt, ceil_div(e, Kt)):  # the tail units this range meets, in K order
+        Kt, head, lanes = self.k_tiles, part.dp_units, part.lanes
+        lane, j = worker % lanes, worker // lanes
+        b, e = part.begin(j), part.begin(j + 1)
+        for pos in range(b // Kt, ceil_div(e, Kt)):  # the lane positions this range meets, in K order
+            u = pos * lanes + lane
             l, r, c = self.coord_batched(head + u)
-            yield WorkTile(step, head + u, l, r, c, worker - part.owner(u * Kt), max(b, u * Kt) - u * Kt,
-                           min(e, (u + 1) * Kt) - u * Kt)
+            yield WorkTile(step, head + u, l, r, c, j - part.owner(pos * Kt), max(b, pos * Kt) - pos * Kt,
+                           min(e, (pos + 1) * Kt) - pos * Kt)
             step += 1
 
     def stream_k(self, workers: int) -> StreamKPartition:
-        """This problem's stream-K head and tail on ``workers`` workers (:func:`stream_k_partition`)."""
-        return stream_k_partition(self.num_ids, self.k_tiles, check_int("workers", workers))
+        """This problem's stream-K head and tail on ``workers`` workers (:func:`stream_k_partition`),
+        in lanes unless the schedule says ``stream_k_lanes=False``."""
+        part = stream_k_partition(self.num_ids, self.k_tiles, check_int("workers", workers))
+        if not self.schedule.stream_k_lanes:
+            return part
+        s = self.schedule
+        major, minor = ((self.clusters_m, self.clusters_n) if s.raster == "row" else (self.clusters_n, self.clusters_m))
+        return part.with_lanes(stream_k_lanes(part, major, minor, s.swizzle))
 
     def order(self, workers: int) -> list[tuple[int, int, int, int, int]]:
         """Full order: ``(worker, step, batch, cluster_row, cluster_col)`` for every visit,

@@ -283,14 +283,15 @@ class Sm90GemmPersistent {
         if (work.k_tile_begin == 0 && work.k_tile_end == sp.k_tiles) return true;  // a whole tile
         reducer = work.split_idx == 0;
         if (!work.in_bounds) return reducer;  // a tail CTA: no slot, no flag; its stores are predicated off
-        // The unit's pieces belong to consecutive workers from the reducer's on; one slot per
-        // (worker, CTA of the cluster).
+        // The unit's pieces belong to consecutive workers of its lane from the reducer's on
+        // (workers owner * lanes + lane, + lanes, ...); one slot per (worker, CTA of the cluster).
         constexpr int kCtas = Scheduler::ClusterM * Scheduler::ClusterN;
         int const rank = (work.m_idx - work.cluster_row * Scheduler::ClusterM) * Scheduler::ClusterN +
                          (work.n_idx - work.cluster_col * Scheduler::ClusterN);
-        int32_t const owner = Scheduler::sk_owner(sp, int64_t(work.tile_id - sp.sk_first) * sp.k_tiles);
-        first_slot = int64_t(owner) * kCtas + rank;
-        slot_stride = kCtas;
+        int32_t const u = work.tile_id - sp.sk_first, lane = u % sp.sk_lanes;
+        int32_t const owner = Scheduler::sk_owner(sp, int64_t(u / sp.sk_lanes) * sp.k_tiles);
+        first_slot = (int64_t(owner) * sp.sk_lanes + lane) * kCtas + rank;
+        slot_stride = int64_t(kCtas) * sp.sk_lanes;
         partials = reducer ? Scheduler::sk_pieces(sp, work.tile_id) - 1 : 0;
         if (reducer) first_slot += slot_stride;  // its partners are the workers after its own
       } else {
