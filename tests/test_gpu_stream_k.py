@@ -97,12 +97,16 @@ def test_the_dispatcher_names_stream_k_when_it_picks_it():
 
 
 #: In no catalogue: stream-K schedules a user writes, JIT-compiled -- a cooperative tile with a
-#: column raster on 1x2 clusters, and a ping-pong one on 2x1 clusters (tail CTAs at the M edge).
+#: column raster on 1x2 clusters, a ping-pong one on 2x1 clusters (tail CTAs at the M edge), and
+#: the catalogue's ping-pong tile with its tail dealt unit-major (no lanes: the catalogue's all
+#: deal in lanes where the tail is whole panel columns).
 USER_STREAM_K = [
     pg.KernelConfig(tile=(128, 128, 64), kernel="cooperative",
                     schedule=pg.TileSchedule(swizzle=3, cluster=(1, 2), raster="column", stream_k=True)),
     pg.KernelConfig(tile=(128, 64, 64), kernel="pingpong",
                     schedule=pg.TileSchedule(swizzle=8, cluster=(2, 1), stream_k=True)),
+    pg.KernelConfig(tile=(128, 128, 64), kernel="pingpong",
+                    schedule=pg.TileSchedule(swizzle=8, cluster=(1, 2), stream_k=True, stream_k_lanes=False)),
 ]
 
 
