@@ -111,11 +111,12 @@ case "${1:-}" in
   ncu_pair)
     # Issue 27's reuse question: one launch each of a data-parallel config and its stream-K twin
     # on one shape under ncu (DRAM bytes, L2 hit rate, throughput), after `build`. Override with
-    # SHAPE=, DP=, SK= (config names; a config that is not built is JIT-compiled first).
+    # SHAPE=, DP=, SK= (config names; a config that is not built is JIT-compiled first);
+    # NCU_SECTIONS adds sections (e.g. "--section WarpStateStats").
     shape=${SHAPE:-257x4096x4096}
     for cfg in "${DP:-sm90a_bf16_128x128x64_c1x2_sw8_row_pp}" "${SK:-sm90a_bf16_128x128x64_c1x2_sw8_row_streamk_pp}"; do
       timeout 240 ncu --kernel-name regex:sm90_gemm_persistent --launch-skip 3 --launch-count 1 \
-        --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis ${NCU_SECTIONS:-} \
         --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct \
         python3 benchmarks/profile_config.py --shape "$shape" --config "$cfg" > "$OUT/ncu_${cfg}_${shape}.txt" 2>&1
       echo "$cfg rc=$?"
