@@ -201,5 +201,9 @@ def test_cli_schedule_stream_k_says_how_the_tail_is_shared(capsys):
     # 1024 units on 66 workers: 14 whole waves, then the last 34 + 66 units in K-tiles
     assert "924 ids data-parallel, then 100 shared by 66 workers in K-tiles (12800 of them, 193-194 a worker)" in out
     assert "last wave 100 ids" in out and "per K range" in out
+    # 257 rows on 128x128 tiles: 3 bands x 16 cluster columns, dealt in 3 lanes (one per band)
+    rc, out, _ = _main(capsys, "schedule", "--m", "257", "--n", "4096", "--k", "4096",
+                       "--config", "sm90a_bf16_128x128x64_c1x2_sw8_row_streamk_pp")
+    assert rc == 0 and "48 shared by 66 workers in 3 lanes of 22 in K-tiles (3072 of them, 46-47 a worker)" in out
     rc, out, _ = _main(capsys, "schedule", "--m", "128", "--n", "256", "--k", "64", "--stream-k", "--workers", "1")
     assert rc == 0 and "whole waves only: every id data-parallel" in out

@@ -141,9 +141,10 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
         part = g.stream_k(workers)
         last = part.sk_units or last
         if part.sk_units:
-            print(f"stream-K  {part.dp_units} ids data-parallel, then {part.sk_units} shared by {part.sk_workers} workers "
-                  f"in K-tiles ({part.items} of them, {part.items // part.sk_workers}-{-(-part.items // part.sk_workers)} "
-                  f"a worker)")
+            lanes = f" in {part.lanes} lanes of {part.parts}" if part.lanes > 1 else ""
+            print(f"stream-K  {part.dp_units} ids data-parallel, then {part.sk_units} shared by {part.sk_workers} workers"
+                  f"{lanes} in K-tiles ({part.items * part.lanes} of them, {part.items // part.parts}-"
+                  f"{-(-part.items // part.parts)} a worker)")
         else:
             print("stream-K  whole waves only: every id data-parallel")
     print(f"workers   {workers} ({how}); waves = {waves} (last wave {last} ids)")
