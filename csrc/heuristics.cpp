@@ -32,8 +32,11 @@ char const* dtype_str(DType t) {
 
 namespace {
 
-// The most tokens (M) a 16-bit / e4m3 swap-AB kernel is chosen for unless forced (choose_kernel).
+// The tokens (M) a 16-bit / e4m3 swap-AB kernel is chosen for unless forced (choose_kernel):
+// a decode tile (at most kSwapAbMaxTokens wide) up to kSwapAbMaxTokens, a wider one past that, up
+// to kSwapAbMaxBands token bands.
 constexpr int64_t kSwapAbMaxTokens = 64;
+constexpr int64_t kSwapAbMaxBands = 4;
 
 // Extra passes over memory a variant costs for this request (0 = exact fast path).
 int adaptation_cost(KernelEntry const& e, Request const& r, Choice* c) {
@@ -157,18 +160,23 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                            (e.b_dtype != e.a_dtype ? std::string(" x ") + dtype_str(e.b_dtype) : std::string()));
       continue;
     }
-    // The 16-bit / e4m3 swap-AB kernels are decode kernels: eligible for M up to kSwapAbMaxTokens
-    // unless forced, whatever their tile's width. Their predicated stores carry no pass penalty
-    // (below), so on a large unaligned D they would otherwise win on pass count alone. Measured
-    // beyond that bound, every swap-AB tile lost to a non-swap one: the 16-wide decode tiles ran
-    // 2x slower at M = 64 already (H200 sweep); user tiles 96 and 144 tokens wide ran 1.07-1.3x
-    // slower than the best built tile at 257 x 4096^2, and the model priced their cooperative
-    // form 1.4-1.7x too fast, so it picked them (H100, benchmarks/results/issue27/h100_fitted*).
-    // Those 144-wide tiles issued 64x16 wgmmas (CuTe's fallback before codegen enabled the
-    // extended N extents in their TUs): re-measure them before lifting this bound (issue 27).
-    if (!r.config && e.swap_ab && e.scale_mode != ScaleMode::Block32 && r.m > kSwapAbMaxTokens) {
-      reject(e.config, "swap-AB decode kernel: M = " + std::to_string(r.m) + " exceeds " +
-                           std::to_string(kSwapAbMaxTokens) + " tokens");
+    // The 16-bit / e4m3 swap-AB kernels, unless forced: the decode tiles (16 tokens wide) for M up
+    // to kSwapAbMaxTokens, the wide ones (96, 144) for M past it, up to kSwapAbMaxBands bands.
+    // Their predicated stores carry no pass penalty (below), so on a large unaligned D they would
+    // otherwise win on pass count alone. Measured: the 16-wide tiles ran 2x slower than a non-swap
+    // tile at M = 64 already (H200 sweep); the wide tiles with full-width wgmmas won at 129-257
+    // tokens and lost from 3 bands of 144 or 5 of 96 on (H100, benchmarks/results/issue27/h100_s11),
+    // where the model's estimates rank them correctly; below 65 tokens they would compute mostly
+    // padding where the decode tiles are measured best.
+    int64_t const swap_n = e.geometry.tile_n;
+    bool const decode_tile = swap_n <= kSwapAbMaxTokens;
+    if (!r.config && e.swap_ab && e.scale_mode != ScaleMode::Block32 &&
+        (decode_tile ? r.m > kSwapAbMaxTokens : (r.m <= kSwapAbMaxTokens || r.m > kSwapAbMaxBands * swap_n))) {
+      reject(e.config, decode_tile ? "swap-AB decode kernel: M = " + std::to_string(r.m) + " exceeds " +
+                                         std::to_string(kSwapAbMaxTokens) + " tokens"
+                                   : "swap-AB ragged-M kernel: M = " + std::to_string(r.m) + " is outside (" +
+                                         std::to_string(kSwapAbMaxTokens) + ", " +
+                                         std::to_string(kSwapAbMaxBands * swap_n) + "] tokens");
       continue;
     }
     // Before the scale mode: a config's variants differ in scale mode, not in accumulation, so

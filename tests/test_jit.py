@@ -331,7 +331,7 @@ import persistent_gemm as pg
 from persistent_gemm import jit
 from persistent_gemm.library import Variant
 name = jit.ensure(sys.argv[1], variants=[Variant(True, True, "bf16", tma_store=False)])  # swap-AB: D transposed
-for m in (64, 257):
+for m in (64, 257, 1000):
     d = pg.explain(m, 4096, 4096)
     reasons = [line for line in d.log if line.startswith("rejected " + name)]
     print(m, d.config, reasons[0] if reasons else "eligible")
@@ -357,14 +357,14 @@ def wide_swap_ab(tmp_path_factory):
     return wide.name, dict(line.split(" ", 1) for line in p.stdout.splitlines()), cache
 
 
-def test_a_registered_wide_swap_ab_tile_is_chosen_only_for_decode(wide_swap_ab):
-    # The dispatcher must not pick it at 257 rows (measured 1.07-1.3x behind the built tiles
-    # there, and priced too fast by the model), only within the decode bound, and config= still
-    # runs it.
+def test_a_registered_wide_swap_ab_tile_is_eligible_past_decode_up_to_four_bands(wide_swap_ab):
+    # A 144-token swap-AB tile is the model's call past the decode tiles' 64 tokens and up to 4
+    # bands (576 tokens), refused (with the reason) on either side unless forced; config= runs it.
     name, lines, _ = wide_swap_ab
-    assert lines["257"].endswith("swap-AB decode kernel: M = 257 exceeds 64 tokens"), lines["257"]
-    assert not lines["257"].startswith(name)
-    assert lines["64"].endswith("eligible"), lines["64"]  # within the bound it is the model's call
+    assert lines["257"].endswith("eligible"), lines["257"]
+    assert lines["64"].endswith("swap-AB ragged-M kernel: M = 64 is outside (64, 576] tokens"), lines["64"]
+    assert lines["1000"].endswith("swap-AB ragged-M kernel: M = 1000 is outside (64, 576] tokens"), lines["1000"]
+    assert not lines["64"].startswith(name) and not lines["1000"].startswith(name)
     assert lines["forced"] == "True"
 
 
