@@ -13,7 +13,14 @@ import pytest
 import persistent_gemm as pg
 from persistent_gemm.explain import choice_table
 
-SWEEP = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "issue27" / "h200_kt_sweep.csv"
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "issue27"
+SWEEP = RESULTS / "h200_kt_sweep.csv"
+
+#: Configs registered after the H200 sweep, with the sweep that timed each. Where the model picks
+#: one, the row is checked there instead: an H100 sweep (no H200 was lent) that timed it in one
+#: process beside the config the H200 sweep found fastest on that shape, which the pick must not
+#: trail by more than 3% either.
+LATER = {"sm90a_bf16_128x144x64_c1x2_sw1_row_sk2_coop_swapab": RESULTS / "h100_s11" / "h100_split_swap_fitted_sweep.csv"}
 
 #: Rows the model is known to miss by more than 3%, with the measured ratio it must not exceed.
 KNOWN_MISSES = {
@@ -44,9 +51,20 @@ def test_the_models_choice_runs_within_3_percent_of_the_fastest_measured():
     with open(SWEEP) as f:
         rows = choice_table(list(csv.DictReader(f)), sm_count=132)
     assert len(rows) >= 40
+    later = {}
     for r in rows:
         key = (r["op"], r["m"], r["n"], r["k"])
+        if r["chosen"] in LATER:
+            later[key] = r
+            continue
         assert not math.isnan(r["ratio"]), f"{key}: the model picks {r['chosen']}, which the sweep did not time"
         assert r["ratio"] <= KNOWN_MISSES.get(key, 1.03), (key, r)
+    for key, r in later.items():
+        with open(LATER[r["chosen"]]) as f:
+            times = {t["config"]: float(t["ms"]) for t in csv.DictReader(f)
+                     if (t["op"], int(t["m"]), int(t["n"]), int(t["k"])) == key}
+        assert r["chosen"] in times and r["best"] in times, (key, r["chosen"], r["best"], sorted(times))
+        r["ratio"] = times[r["chosen"]] / min(times.values())  # counted in the mean as its own sweep measured it
+        assert r["ratio"] <= 1.03, (key, times)
     geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
     assert geo <= 1.01, geo
