@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from .config_fields import GEMV_CHUNK_BYTES, GEMV_STRIP_ROWS, MX_DTYPES
 from .library import ELEMENTS, lowering
-from .schedule import EvenShare
+from .stream_k import EvenShare
 
 __all__ = ["ROLES", "StripPiece", "StripStreamK"]
 
