@@ -265,6 +265,13 @@ class ScheduleGrid:
         return ceil_div(self.tiles_n, self.schedule.cluster_n)
 
     @property
+    def panel_extents(self) -> tuple[int, int]:
+        """``(major, minor)`` in clusters: panels are stacked along major (M for row raster),
+        ids sweep minor inside a panel."""
+        cm, cn = self.clusters_m, self.clusters_n
+        return (cm, cn) if self.schedule.raster == "row" else (cn, cm)
+
+    @property
     def splits(self) -> int:
         """Work units per cluster coordinate: ``split_k``, clamped to the K-tiles."""
         return min(self.schedule.split_k, self.k_tiles)
@@ -288,11 +295,7 @@ class ScheduleGrid:
         per_batch = self.clusters_m * self.clusters_n
         l, t = divmod(t, per_batch)
         s = self.schedule.swizzle
-        # "major" is the dimension panels are stacked along, "minor" the one ids sweep.
-        if self.schedule.raster == "row":
-            major, minor = self.clusters_m, self.clusters_n
-        else:
-            major, minor = self.clusters_n, self.clusters_m
+        major, minor = self.panel_extents
         panel, within = divmod(t, s * minor)
         width = min(s, major - panel * s)  # the last panel is narrowed, never padded
         a = panel * s + within % width
@@ -367,9 +370,7 @@ class ScheduleGrid:
         part = stream_k_partition(self.num_ids, self.k_tiles, check_int("workers", workers))
         if not self.schedule.stream_k_lanes:
             return part
-        s = self.schedule
-        major, minor = ((self.clusters_m, self.clusters_n) if s.raster == "row" else (self.clusters_n, self.clusters_m))
-        return part.with_lanes(stream_k_lanes(part, major, minor, s.swizzle))
+        return part.with_lanes(stream_k_lanes(part, *self.panel_extents, self.schedule.swizzle))
 
     def order(self, workers: int) -> list[tuple[int, int, int, int, int]]:
         """Full order: ``(worker, step, batch, cluster_row, cluster_col)`` for every visit,

@@ -40,8 +40,10 @@ class EvenShare:
 
 @dataclass(frozen=True)
 class StreamKPartition(EvenShare):
-    """How stream-K cuts a problem's units (:func:`stream_k_partition`); its items are the tail's
-    (unit, K-tile) iterations, unit-major, its parts the tail's workers."""
+    """How stream-K cuts a problem's units (:func:`stream_k_partition`), and in how many lanes
+    it deals the tail (:meth:`with_lanes`): its items are one lane's (position, K-tile)
+    iterations, position-major, its parts one lane's workers (with one lane: the tail's
+    (unit, K-tile) iterations and all its workers)."""
 
     dp_units: int    # the data-parallel head: ids [0, dp_units), a multiple of the workers
     sk_units: int    # the stream-K tail: ids [dp_units, dp_units + sk_units)
