@@ -160,8 +160,9 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                            (e.b_dtype != e.a_dtype ? std::string(" x ") + dtype_str(e.b_dtype) : std::string()));
       continue;
     }
-    // The 16-bit / e4m3 swap-AB kernels, unless forced: the decode tiles (16 tokens wide) for M up
-    // to kSwapAbMaxTokens, the wide ones (96, 144) for M past it, up to kSwapAbMaxBands bands.
+    // The 16-bit / e4m3 swap-AB kernels, unless forced: the decode tiles (at most kSwapAbMaxTokens
+    // wide; the catalogue's are 16) for M up to kSwapAbMaxTokens, the wider ones (the catalogue's
+    // 144) for M past it, up to kSwapAbMaxBands bands.
     // Their predicated stores carry no pass penalty (below), so on a large unaligned D they would
     // otherwise win on pass count alone. Measured: the 16-wide tiles ran 2x slower than a non-swap
     // tile at M = 64 already (H200 sweep); the wide tiles with full-width wgmmas won at 129-257
