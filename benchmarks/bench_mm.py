@@ -16,9 +16,10 @@ row, geometric mean) and a PNG.
 
     python benchmarks/bench_mm.py --out benchmarks/results/h200 [--suite quick|full] [--ops mm,scaled_mm,scaled_mm_fast]
 
-``--cutlass-peer`` adds a third column for bf16: stock CUTLASS (GemmUniversal with CUTLASS's own
-PersistentScheduler, swizzle 8) over the collectives of our primary bf16 config, JIT-built from
-``benchmarks/peers/cutlass_sm90_stock.cu``; it isolates what our kernel and scheduler are worth.
+``--cutlass-peer`` adds two columns for bf16: stock CUTLASS (GemmUniversal with CUTLASS's own
+PersistentScheduler, swizzle 8) over the collectives of our primary bf16 config, and the same
+under CUTLASS's StreamKScheduler forced to stream-K, JIT-built from
+``benchmarks/peers/cutlass_sm90_stock.cu``; they isolate what our kernel and scheduler are worth.
 
 ``--sweep`` also times every built config, forced with ``config=``, on every shape of the suite,
 beside the dispatcher's pick, its cost-model estimate and the peer, interleaved with them
@@ -293,9 +294,10 @@ def main() -> int:
                 inputs = make_inputs(op, m, n, k)
                 fns = peers(op)
                 if peer_cutlass is not None and OPS[op][0] == "bf16":
-                    fns["cutlass"] = lambda a, b: peer_cutlass.mm(a, b, 8)
+                    fns["cutlass"] = lambda a, b: peer_cutlass.mm(a, b, 8, 0)
+                    fns["cutlass_sk"] = lambda a, b: peer_cutlass.mm(a, b, 8, 1)
                 res = time_interleaved(fns, inputs, args.warmup, args.iters, args.kernel_time)
-                cutlass_ms = res.pop("cutlass", float("nan"))
+                cutlass_ms, cutlass_sk_ms = res.pop("cutlass", float("nan")), res.pop("cutlass_sk", float("nan"))
                 ours, (peer_name, peer) = res["ours"], [(k_, v) for k_, v in res.items() if k_ != "ours"][0]
                 flops = 2.0 * m * n * k
                 accum = "fp32" if OPS[op][1] is None else ("fast" if OPS[op][1] else "promoted")
@@ -303,11 +305,13 @@ def main() -> int:
                 row = dict(op=op, accum=accum, group=group, m=m, n=n, k=k, config=picked, peer=peer_name,
                            ours_ms=ours, peer_ms=peer, ours_tflops=flops / ours / 1e9,
                            peer_tflops=flops / peer / 1e9, speedup=peer / ours, gpu=gpu,
-                           cutlass_ms=cutlass_ms, cutlass_tflops=flops / cutlass_ms / 1e9)
+                           cutlass_ms=cutlass_ms, cutlass_tflops=flops / cutlass_ms / 1e9,
+                           cutlass_sk_ms=cutlass_sk_ms)
                 rows.append(row)
                 print(f"{op:<9} {group:<9} {m:>5}x{n:>5}x{k:>5}  ours {row['ours_tflops']:7.1f} TFLOP/s  "
                       f"{peer_name} {row['peer_tflops']:7.1f}  x{row['speedup']:.2f}"
-                      + (f"  stock CUTLASS {row['cutlass_tflops']:7.1f}" if math.isfinite(cutlass_ms) else ""),
+                      + (f"  stock CUTLASS {cutlass_ms * 1e3:.1f} us, its stream-K {cutlass_sk_ms * 1e3:.1f} us"
+                         if math.isfinite(cutlass_ms) else ""),
                       flush=True)
                 del inputs
     write_csv(out.with_suffix(".csv"), rows)
@@ -326,13 +330,14 @@ def main() -> int:
     with_cutlass = [r for r in rows if math.isfinite(r["cutlass_ms"])]
     if with_cutlass:
         lines += ["", "Stock CUTLASS (GemmUniversal + CUTLASS's PersistentScheduler, swizzle 8, same collectives "
-                  "as our sm90a_bf16_128x256x64_c2x1_sw8_row_coop), interleaved in the same run. Ours is the "
-                  "dispatcher's pick: that same config on the large rows, other tiles on decode and small "
-                  "ragged rows.", "",
-                  "| M×N×K | ours TFLOP/s | stock CUTLASS TFLOP/s | ours / CUTLASS |", "|---|---|---|---|"]
+                  "as our sm90a_bf16_128x256x64_c2x1_sw8_row_coop; and the same under its StreamKScheduler forced "
+                  "to stream-K, deterministic reduction, its workspace memset included), interleaved in the same "
+                  "run. Ours is the dispatcher's pick: that same config on the large rows, other tiles on decode "
+                  "and small ragged rows.", "",
+                  "| M×N×K | ours µs | stock CUTLASS µs | its stream-K µs | ours / CUTLASS |", "|---|---|---|---|---|"]
         for r in with_cutlass:
-            lines.append(f"| {r['m']}×{r['n']}×{r['k']} | {r['ours_tflops']:.1f} | {r['cutlass_tflops']:.1f} | "
-                         f"{r['cutlass_ms'] / r['ours_ms']:.2f}× |")
+            lines.append(f"| {r['m']}×{r['n']}×{r['k']} | {r['ours_ms'] * 1e3:.1f} | {r['cutlass_ms'] * 1e3:.1f} | "
+                         f"{r['cutlass_sk_ms'] * 1e3:.1f} | {r['cutlass_ms'] / r['ours_ms']:.2f}× |")
     for op in dict.fromkeys(r["op"] for r in rows):
         sp = [r["speedup"] for r in rows if r["op"] == op and math.isfinite(r["speedup"])]
         if sp:

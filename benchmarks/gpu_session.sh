@@ -3,7 +3,7 @@
 # Run from the repository root with the CUTLASS wheel downloaded into .whl/ (docs/benchmarks.md,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
-#   bash benchmarks/gpu_session.sh build|test|sanitize|verify|stream_k|fitted|ncu_pair|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
+#   bash benchmarks/gpu_session.sh build|test|sanitize|verify|stream_k|tiles|fitted|ncu_stalls|ncu_pair|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
 #
 # bench_mx also times humming (the optional peer) when its wheel is in .whl/
 # (pip download --no-deps -d .whl humming-kernels==0.1.19): installed without dependencies into
@@ -99,6 +99,21 @@ case "${1:-}" in
       echo "streamk $tool rc=$? ($(tail -1 "$OUT/sanitize_streamk_$tool.log"))"
     done
     ;;
+  tiles)
+    # Catalogue tiles new since the last GPU run, after `build`: their forced GPU tests (pytest -k
+    # "$K", one process per file: a fault is sticky), then memcheck, racecheck and synccheck over
+    # their tail shapes (sanitize_tails.py --match "$MATCH"). Logs under $OUT.
+    for f in tests/test_gpu.py tests/test_gpu_scaled_mm.py tests/test_gpu_ops.py; do
+      timeout 300 python3 -m pytest -q -p no:cacheprovider "$f" -k "${K:?K=pytest -k expression}" \
+        > "$OUT/tiles_$(basename "$f" .py).log" 2>&1
+      echo "$f: $(tail -1 "$OUT/tiles_$(basename "$f" .py).log")"; grep -E "^(FAILED|ERROR)" "$OUT/tiles_$(basename "$f" .py).log" | head -8
+    done
+    for tool in memcheck racecheck synccheck; do
+      timeout 240 compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_tails.py \
+        --match "${MATCH:?MATCH=config regex}" > "$OUT/sanitize_tiles_$tool.log" 2>&1
+      echo "tiles $tool rc=$? ($(tail -1 "$OUT/sanitize_tiles_$tool.log"))"
+    done
+    ;;
   fitted)
     # Issue 27's fitted tiles: the not-built configs of benchmarks/results/issue27/fitted_extras.txt
     # JIT-compiled and swept beside every built config and the peer on the ragged rows, kernel time.
@@ -121,6 +136,23 @@ case "${1:-}" in
         python3 benchmarks/profile_config.py --shape "$shape" --config "$cfg" > "$OUT/ncu_${cfg}_${shape}.txt" 2>&1
       echo "$cfg rc=$?"
       grep -E "DRAM Throughput|Memory Throughput|L2 Hit Rate|Duration|dram__bytes|lts__t_sector" "$OUT/ncu_${cfg}_${shape}.txt" | head -10
+    done
+    ;;
+  ncu_stalls)
+    # Where a config's warps wait: one launch under ncu with warp-state and source-level stall
+    # sampling, then the SASS lines with the most stall samples (ncu's source page as CSV) and
+    # the warp-state summary, after `build`. SHAPE=, CONFIGS="a b" (not built: JIT-compiled first).
+    shape=${SHAPE:-1000x3000x5000}
+    for cfg in ${CONFIGS:?CONFIGS=config names}; do
+      rep="$OUT/stalls_${cfg}_${shape}"
+      timeout 240 ncu --kernel-name regex:sm90_gemm_persistent --launch-skip 3 --launch-count 1 \
+        --section WarpStateStats --section SourceCounters --section SpeedOfLight --import-source no -f -o "$rep" \
+        python3 benchmarks/profile_config.py --shape "$shape" --config "$cfg" > "$rep.log" 2>&1
+      echo "$cfg rc=$?"
+      ncu --import "$rep.ncu-rep" --print-summary none --section WarpStateStats --section SpeedOfLight > "$rep.txt" 2>&1
+      grep -E "Duration|Warp Cycles Per Issued|Stall|Issued Warp" "$rep.txt" | head -12
+      ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.sass.csv" 2>&1
+      python3 benchmarks/ncu_stall_lines.py "$rep.sass.csv" 25
     done
     ;;
   closing)

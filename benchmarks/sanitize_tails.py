@@ -9,12 +9,13 @@ K-tile; mxfp8 also gets a partial last block), with plain operands and, where
 ``pg.prepare_weight`` exists, a prepared weight; a shape the op refuses (ValueError) is
 reported as "skip", not counted as bad.
 
-    compute-sanitizer --tool memcheck --error-exitcode 1 python benchmarks/sanitize_tails.py [--family e4m3]
+    compute-sanitizer --tool memcheck --error-exitcode 1 python benchmarks/sanitize_tails.py [--family e4m3] [--match REGEX]
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 
 import torch
 
@@ -53,9 +54,11 @@ def mx_cases(cfg: str, m: int, n: int, k: int):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", default="", help="only configs whose name contains _<family>_")
+    ap.add_argument("--match", default="", help="only configs whose name this regex finds (re.search)")
     ap.add_argument("--quick", action="store_true", help="decode GEMVs: two shapes only (racecheck, synccheck)")
     args = ap.parse_args()
-    kernels = [k for k in pg._C.built_kernels() if f"_{args.family}_" in k["config"] + "_" or not args.family]
+    kernels = [k for k in pg._C.built_kernels() if (f"_{args.family}_" in k["config"] + "_" or not args.family)
+               and re.search(args.match, k["config"])]
     configs = sorted({(k["config"], bool(k.get("fast_accum", False))) for k in kernels})
     pg._C.set_poison_outputs(True)
     bad = skipped = 0

@@ -5,12 +5,14 @@
 #include <c10/cuda/CUDAStream.h>
 
 char const* cutlass_peer_mm(void const* a, int64_t lda, void const* b, int64_t ldb, void* d, int m, int n, int k,
-                            int swizzle, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                            int swizzle, int stream_k, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                             size_t* workspace_needed);
 
 namespace {
-// a (M, K) row-major, b (K, N) column-major, bf16 -> bf16 (M, N).
-torch::Tensor mm(torch::Tensor const& a, torch::Tensor const& b, int64_t swizzle) {
+// a (M, K) row-major, b (K, N) column-major, bf16 -> bf16 (M, N). stream_k: 0 CUTLASS's
+// PersistentScheduler, 1 its StreamKScheduler forced to stream-K, 2 that scheduler's heuristic.
+torch::Tensor mm(torch::Tensor const& a, torch::Tensor const& b, int64_t swizzle, int64_t stream_k) {
+  TORCH_CHECK(stream_k >= 0 && stream_k <= 2, "cutlass peer: stream_k is 0, 1 or 2, got ", stream_k);
   TORCH_CHECK(a.is_cuda() && a.scalar_type() == torch::kBFloat16 && b.scalar_type() == torch::kBFloat16,
               "cutlass peer: bf16 CUDA tensors");
   TORCH_CHECK(a.stride(1) == 1 && b.stride(0) == 1, "cutlass peer: a row-major, b column-major");
@@ -21,7 +23,8 @@ torch::Tensor mm(torch::Tensor const& a, torch::Tensor const& b, int64_t swizzle
   torch::Tensor ws = torch::empty({256}, a.options().dtype(torch::kUInt8));
   for (int attempt = 0; attempt < 2; ++attempt) {
     char const* err = cutlass_peer_mm(a.data_ptr(), a.stride(0), b.data_ptr(), b.stride(1), d.data_ptr(),
-                                      int(a.size(0)), int(b.size(1)), int(a.size(1)), int(swizzle), ws.data_ptr(),
+                                      int(a.size(0)), int(b.size(1)), int(a.size(1)), int(swizzle), int(stream_k),
+                                      ws.data_ptr(),
                                       size_t(ws.numel()), stream, &need);
     TORCH_CHECK(!err, "cutlass peer: ", err);
     if (need <= size_t(ws.numel())) return d;
@@ -32,5 +35,6 @@ torch::Tensor mm(torch::Tensor const& a, torch::Tensor const& b, int64_t swizzle
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("mm", &mm, "stock CUTLASS SM90 cooperative GEMM with CUTLASS's PersistentScheduler");
+  m.def("mm", &mm, "stock CUTLASS SM90 cooperative GEMM under CUTLASS's PersistentScheduler or StreamKScheduler",
+        pybind11::arg("a"), pybind11::arg("b"), pybind11::arg("swizzle"), pybind11::arg("stream_k") = 0);
 }

@@ -1,5 +1,5 @@
 // Benchmark peer, not part of the package: stock CUTLASS 3.x on SM90 -- GemmUniversal with
-// CUTLASS's own PersistentScheduler -- over the same collectives as our
+// CUTLASS's own PersistentScheduler, or its StreamKScheduler -- over the same collectives as our
 // sm90a_bf16_128x256x64_c2x1_sw8_row_coop (TMA + GMMA cooperative mainloop, auto stage count,
 // TMA epilogue, cluster 2x1), swizzle 8 along N. The only difference from ours is the kernel
 // around the collectives and the scheduler, so M = 3000 (CUTLASS pads the swizzled grid, ours
@@ -38,17 +38,17 @@ using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
     cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
 
-using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                    cutlass::gemm::PersistentScheduler>;
-using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+// The same collectives under CUTLASS's two SM90 persistent schedulers: its data-parallel
+// PersistentScheduler, and its StreamKScheduler (deterministic turnstile reduction), which is
+// the yardstick for our stream-K tail on the same tile.
+template <class Scheduler>
+using GemmOn = cutlass::gemm::device::GemmUniversalAdapter<
+    cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>>;
 
-}  // namespace
-
-// a (M, K) row-major with leading dimension lda, b (K, N) column-major with ldb, d (M, N)
-// row-major contiguous; bf16. Returns a message on failure, nullptr on success.
-char const* cutlass_peer_mm(void const* a, int64_t lda, void const* b, int64_t ldb, void* d, int m, int n, int k,
-                            int swizzle, void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                            size_t* workspace_needed) {
+template <class Gemm, class Configure>
+char const* run(void const* a, int64_t lda, void const* b, int64_t ldb, void* d, int m, int n, int k,
+                void* workspace, size_t workspace_bytes, cudaStream_t stream, size_t* workspace_needed,
+                Configure configure) {
   using StrideA = typename Gemm::GemmKernel::StrideA;
   using StrideB = typename Gemm::GemmKernel::StrideB;
   using StrideD = typename Gemm::GemmKernel::StrideD;
@@ -61,14 +61,39 @@ char const* cutlass_peer_mm(void const* a, int64_t lda, void const* b, int64_t l
                                 {m, n, k, 1},
                                 {static_cast<Element const*>(a), sa, static_cast<Element const*>(b), sb},
                                 {{1.0f, 0.0f}, nullptr, sd, static_cast<Element*>(d), sd}};
-  args.scheduler.max_swizzle_size = swizzle;
-  args.scheduler.raster_order =
-      cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Params::RasterOrderOptions::AlongN;
+  configure(args.scheduler);
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return "cannot implement this problem";
   *workspace_needed = Gemm::get_workspace_size(args);
   if (*workspace_needed > workspace_bytes) return nullptr;  // caller retries with the size
+  // initialize() also clears what stream-K's workspace needs cleared (a memset on `stream`).
   if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return "initialize failed";
   if (gemm.run(stream) != cutlass::Status::kSuccess) return "run failed";
   return nullptr;
+}
+
+}  // namespace
+
+// a (M, K) row-major with leading dimension lda, b (K, N) column-major with ldb, d (M, N)
+// row-major contiguous; bf16. stream_k: 0 = PersistentScheduler, 1 = StreamKScheduler forced to
+// stream-K, 2 = StreamKScheduler with CUTLASS's own heuristic (data-parallel, split-K or
+// stream-K). Returns a message on failure, nullptr on success.
+char const* cutlass_peer_mm(void const* a, int64_t lda, void const* b, int64_t ldb, void* d, int m, int n, int k,
+                            int swizzle, int stream_k, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                            size_t* workspace_needed) {
+  using RasterOrder = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Params::RasterOrderOptions;
+  using Decomposition = cutlass::gemm::kernel::detail::DecompositionMode;
+  if (stream_k == 0) {
+    return run<GemmOn<cutlass::gemm::PersistentScheduler>>(
+        a, lda, b, ldb, d, m, n, k, workspace, workspace_bytes, stream, workspace_needed, [&](auto& s) {
+          s.max_swizzle_size = swizzle;
+          s.raster_order = RasterOrder::AlongN;
+        });
+  }
+  return run<GemmOn<cutlass::gemm::StreamKScheduler>>(
+      a, lda, b, ldb, d, m, n, k, workspace, workspace_bytes, stream, workspace_needed, [&](auto& s) {
+        s.max_swizzle_size = swizzle;
+        s.raster_order = RasterOrder::AlongN;
+        s.decomposition_mode = stream_k == 1 ? Decomposition::StreamK : Decomposition::Heuristic;
+      });
 }
