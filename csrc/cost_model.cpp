@@ -150,9 +150,14 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   // about waves / (tiles along that dimension) such tiles, and every one if there is only one.
   // A 16-wide N tile (the swap-AB decode kernels' tokens) zero-fills a box a sixteenth of the
   // weight's: measured, M = 1 and M = 16 run within 1% there (benchmarks/results/issue12).
+  // A B panel multicast along M is loaded in slices, one per CTA of the cluster, so each SM's
+  // TMA zero-fills only its slice of the missing columns. Measured (H100, benchmarks/results/
+  // issue27/h100_s12): 128x208 in 4-CTA clusters ran 12% faster than 128x256 in 2-CTA ones at
+  // 1000x3000x5000, where the undivided fill ranked it 7% slower. A's term stays undivided: its
+  // constant was fitted on 1-row decode problems on ping-pong tiles clustered along N.
   int64_t const oob_m = pad_m ? 0 : mt * g.tile_m - r.m, oob_n = g.tile_n <= 16 ? 0 : nt * g.tile_n - r.n;
   double const oob_us = double(oob_m * ea) * kp / kOobFillBytesPerUs * double(cdiv(e.waves, mt)) +
-                        double(oob_n * eb) * kp / kOobFillBytesPerUs * double(cdiv(e.waves, nt));
+                        double(oob_n * eb) * kp / kOobFillBytesPerUs * double(cdiv(e.waves, nt)) / g.cluster_m;
   e.mma_us = waves_sk * tile_us;
   e.oob_us = oob_us;
 

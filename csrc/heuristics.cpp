@@ -33,9 +33,12 @@ char const* dtype_str(DType t) {
 namespace {
 
 // The tokens (M) a 16-bit / e4m3 swap-AB kernel is chosen for unless forced (choose_kernel):
-// a decode tile (at most kSwapAbMaxTokens wide) up to kSwapAbMaxTokens, a wider one past that, up
-// to kSwapAbMaxBands token bands.
+// a decode tile (at most kSwapAbMaxTokens wide) up to kSwapAbMaxTokens, a wider one past
+// kSwapAbWideMinTokens, up to kSwapAbMaxBands token bands. In between, one band of a wide tile
+// puts only the weight's 128-row tiles on the SMs (64 of 132 for an 8192-wide weight), where the
+// 64-column ping-pong tiles are measured best (tests/test_heuristics.py, decode).
 constexpr int64_t kSwapAbMaxTokens = 64;
+constexpr int64_t kSwapAbWideMinTokens = 128;
 constexpr int64_t kSwapAbMaxBands = 4;
 
 // Extra passes over memory a variant costs for this request (0 = exact fast path).
@@ -160,30 +163,31 @@ Choice choose_kernel(char const* op, KernelTable const& table, Request const& r_
                            (e.b_dtype != e.a_dtype ? std::string(" x ") + dtype_str(e.b_dtype) : std::string()));
       continue;
     }
+    // First: a config's variants differ in scale mode, not in accumulation, and its accumulation
+    // holds at every M, so this is the reason that holds for all of them (the first reason per
+    // config is the one shown).
+    if (e.fast_accum && !r.fast_accum) {
+      reject(e.config, "accumulates fast (reduced precision); use_fast_accum=False asks for promoted fp32 sums");
+      continue;
+    }
     // The 16-bit / e4m3 swap-AB kernels, unless forced: the decode tiles (at most kSwapAbMaxTokens
     // wide; the catalogue's are 16) for M up to kSwapAbMaxTokens, the wider ones (the catalogue's
-    // 144) for M past it, up to kSwapAbMaxBands bands.
+    // 96 and 144) for M past kSwapAbWideMinTokens, up to kSwapAbMaxBands bands.
     // Their predicated stores carry no pass penalty (below), so on a large unaligned D they would
     // otherwise win on pass count alone. Measured: the 16-wide tiles ran 2x slower than a non-swap
     // tile at M = 64 already (H200 sweep); the wide tiles with full-width wgmmas won at 129-257
     // tokens and lost from 3 bands of 144 or 5 of 96 on (H100, benchmarks/results/issue27/h100_s11),
-    // where the model's estimates rank them correctly; below 65 tokens they would compute mostly
-    // padding where the decode tiles are measured best.
+    // where the model's estimates rank them correctly; below 129 tokens they were not measured
+    // winning, and below 65 they would compute mostly padding where the decode tiles are best.
     int64_t const swap_n = e.geometry.tile_n;
     bool const decode_tile = swap_n <= kSwapAbMaxTokens;
     if (!r.config && e.swap_ab && e.scale_mode != ScaleMode::Block32 &&
-        (decode_tile ? r.m > kSwapAbMaxTokens : (r.m <= kSwapAbMaxTokens || r.m > kSwapAbMaxBands * swap_n))) {
+        (decode_tile ? r.m > kSwapAbMaxTokens : (r.m <= kSwapAbWideMinTokens || r.m > kSwapAbMaxBands * swap_n))) {
       reject(e.config, decode_tile ? "swap-AB decode kernel: M = " + std::to_string(r.m) + " exceeds " +
                                          std::to_string(kSwapAbMaxTokens) + " tokens"
                                    : "swap-AB ragged-M kernel: M = " + std::to_string(r.m) + " is outside (" +
-                                         std::to_string(kSwapAbMaxTokens) + ", " +
+                                         std::to_string(kSwapAbWideMinTokens) + ", " +
                                          std::to_string(kSwapAbMaxBands * swap_n) + "] tokens");
-      continue;
-    }
-    // Before the scale mode: a config's variants differ in scale mode, not in accumulation, so
-    // this is the reason that holds for all of them (the first reason per config is the one shown).
-    if (e.fast_accum && !r.fast_accum) {
-      reject(e.config, "accumulates fast (reduced precision); use_fast_accum=False asks for promoted fp32 sums");
       continue;
     }
     if (e.scale_mode != r.scale) {

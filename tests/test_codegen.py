@@ -285,7 +285,9 @@ def test_extended_mma_shapes_macro_only_in_the_tus_that_need_it():
     it, because it makes a TU compile about 70% longer (archs.ArchSpec.plain_mma_n)."""
     macro = "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED"
     extended = {c.name for c in CATALOGUE if codegen.needs_extended_mma_shapes(c)}
-    assert extended == {"sm90a_bf16_128x144x64_c1x2_sw1_row_sk2_coop_swapab"}
+    assert extended == {"sm90a_bf16_128x144x64_c1x2_sw1_row_sk2_coop_swapab",
+                        "sm90a_e4m3_128x144x128_c1x2_sw1_row_sk2_coop_swapab_fastacc",
+                        "sm90a_bf16_128x208x64_c4x1_sw8_row_coop"}
     for cfg in CATALOGUE:
         tus = codegen.config_tus(cfg, codegen.variants(cfg))
         assert all((macro in tu) == (cfg.name in extended) for tu in tus), cfg.name

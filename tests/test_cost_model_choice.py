@@ -20,7 +20,11 @@ SWEEP = RESULTS / "h200_kt_sweep.csv"
 #: one, the row is checked there instead: an H100 sweep (no H200 was lent) that timed it in one
 #: process beside the config the H200 sweep found fastest on that shape, which the pick must not
 #: trail by more than 3% either.
-LATER = {"sm90a_bf16_128x144x64_c1x2_sw1_row_sk2_coop_swapab": RESULTS / "h100_s11" / "h100_split_swap_fitted_sweep.csv"}
+LATER = {**{name: RESULTS / "h100_s11" / "h100_split_swap_fitted_sweep.csv"
+            for name in ("sm90a_bf16_128x144x64_c1x2_sw1_row_sk2_coop_swapab",
+                         "sm90a_e4m3_128x144x128_c1x2_sw1_row_sk2_coop_swapab_fastacc",
+                         "sm90a_e4m3_128x96x128_c1x2_sw1_row_coop_swapab")},
+         "sm90a_bf16_128x208x64_c4x1_sw8_row_coop": RESULTS / "h100_s12" / "h100_next_fitted_sweep.csv"}
 
 #: Rows the model is known to miss by more than 3%, with the measured ratio it must not exceed.
 KNOWN_MISSES = {

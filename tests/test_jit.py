@@ -331,7 +331,7 @@ import persistent_gemm as pg
 from persistent_gemm import jit
 from persistent_gemm.library import Variant
 name = jit.ensure(sys.argv[1], variants=[Variant(True, True, "bf16", tma_store=False)])  # swap-AB: D transposed
-for m in (64, 257, 1000):
+for m in (128, 257, 1000):
     d = pg.explain(m, 4096, 4096)
     reasons = [line for line in d.log if line.startswith("rejected " + name)]
     print(m, d.config, reasons[0] if reasons else "eligible")
@@ -358,13 +358,14 @@ def wide_swap_ab(tmp_path_factory):
 
 
 def test_a_registered_wide_swap_ab_tile_is_eligible_past_decode_up_to_four_bands(wide_swap_ab):
-    # A 144-token swap-AB tile is the model's call past the decode tiles' 64 tokens and up to 4
-    # bands (576 tokens), refused (with the reason) on either side unless forced; config= runs it.
+    # A 144-token swap-AB tile is the model's call past 128 tokens (where the 64-column ping-pong
+    # tiles take over) up to 4 bands (576 tokens), refused (with the reason) on either side unless
+    # forced; config= runs it.
     name, lines, _ = wide_swap_ab
     assert lines["257"].endswith("eligible"), lines["257"]
-    assert lines["64"].endswith("swap-AB ragged-M kernel: M = 64 is outside (64, 576] tokens"), lines["64"]
-    assert lines["1000"].endswith("swap-AB ragged-M kernel: M = 1000 is outside (64, 576] tokens"), lines["1000"]
-    assert not lines["64"].startswith(name) and not lines["1000"].startswith(name)
+    assert lines["128"].endswith("swap-AB ragged-M kernel: M = 128 is outside (128, 576] tokens"), lines["128"]
+    assert lines["1000"].endswith("swap-AB ragged-M kernel: M = 1000 is outside (128, 576] tokens"), lines["1000"]
+    assert not lines["128"].startswith(name) and not lines["1000"].startswith(name)
     assert lines["forced"] == "True"
 
 

@@ -52,6 +52,13 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     # FP8, fast accumulation (use_fast_accum=True), for the compute-bound shapes where it pays.
     _cfg((128, 256, 128), 8, (2, 1), dtype="e4m3", accum="fast"),
     _cfg((128, 128, 128), 8, (1, 2), kernel="pingpong", dtype="e4m3", accum="fast"),
+    # Ragged M around 1000 against N around 3000 (the suite's 1000x3000x5000): 208 columns make
+    # 8 x 15 = 120 tiles, one wave, where 256 leave 36 SMs idle; four CTAs along M share each B
+    # panel by multicast (cuBLAS runs the transposed twin, 200x128 in 1x4 clusters). H100, kernel
+    # time (benchmarks/results/issue27/h100_s12): 48.5 us against 55.2 for 128x256, torch 44.8;
+    # slower everywhere else we timed, where the model ranks it behind (a wgmma N of 208: CuTe's
+    # extended shapes, defined in its TU alone).
+    _cfg((128, 208, 64), 8, (4, 1)),
     # Narrower ping-pong tiles, clustered along N: no tail CTAs and twice the tiles where M is
     # small (decode, ragged M); the dispatcher's cost model picks among them.
     _cfg((128, 128, 64), 8, (1, 2), kernel="pingpong"),
@@ -78,14 +85,19 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     _cfg((64, 16, 128), 1, (1, 1), kernel="pingpong", dtype="fp16", swap_ab=True),
     _cfg((64, 16, 256), 1, (1, 1), kernel="pingpong", dtype="e4m3", swap_ab=True),
     _cfg((64, 16, 256), 1, (1, 1), kernel="pingpong", dtype="e4m3", swap_ab=True, split_k=4),
-    # Ragged token counts past decode (64 < M <= 4 bands): swap-AB again, tokens on wgmma's N at a
+    # Ragged token counts past decode (128 < M <= 4 bands): swap-AB again, tokens on wgmma's N at a
     # full-width extent (144: CuTe's extended shapes, defined in its TU alone), so 257 tokens are
     # 2 bands of 144, not 3 of 128; 128 weight rows per cooperative tile, and split-K 2 fills the
     # GPU where the weight has few 128-row tiles (4096 rows x 2 bands: 64 clusters on 66 workers).
     # H100, kernel time, 257x4096^2 (benchmarks/results/issue27/h100_s11): 25.9 us against 33.0
-    # for the best tile before. Its e4m3 twins (fast 128x144 split-K 2, promoted 128x96) were
-    # faster too but are not registered: their numerics have not run on a GPU yet.
+    # for the best tile before.
     _cfg((128, 144, 64), 1, (1, 2), swap_ab=True, split_k=2),
+    # Its e4m3 twins. Fast accumulation: the same tile, K = 128 (18.9 us against 21.2 at 257
+    # tokens). Promoted: the fp32 accumulator and two temporaries leave no registers for 144
+    # tokens, so 96 (three bands cover 257 tokens: 288) with no split (19.8 us against 22.7; at
+    # 384x4096x14336 37.9 against 59.1, torch 46.0).
+    _cfg((128, 144, 128), 1, (1, 2), dtype="e4m3", accum="fast", swap_ab=True, split_k=2),
+    _cfg((128, 96, 128), 1, (1, 2), dtype="e4m3", swap_ab=True),
     # MX (1x32 e8m0 block scales, applied per 32-K block in the mainloop). mxfp8 prefill: both
     # operands by TMA into smem, 128x128 cooperative (the promotion's three accumulator sets fill
     # the register budget). Decode: swap-AB, the weight on the 64-row side, tokens as a narrow N.
