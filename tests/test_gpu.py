@@ -75,6 +75,17 @@ def test_mm_large_and_unaligned(mnk):
     run_mm(randn(m, k, seed=1, device=CUDA), operand(k, n, torch.bfloat16, False, seed=2, device=CUDA))
 
 
+# Issue 27's ragged rows run the tiles registered for them, as the dispatcher picks them.
+@pytest.mark.parametrize("mnk,config", [pytest.param(mnk, c, id=c) for mnk, c in [
+    ((257, 4096, 4096), "sm90a_bf16_128x144x64_c1x2_sw1_row_sk2_coop_swapab"),
+    ((1000, 3000, 5000), "sm90a_bf16_128x208x64_c4x1_sw8_row_coop")]])
+def test_mm_ragged_rows_run_their_tiles(mnk, config):
+    m, n, k = mnk
+    requires_config(config)
+    assert pg.explain(m, n, k).config == config
+    run_mm(randn(m, k, seed=m, device=CUDA), operand(k, n, torch.bfloat16, False, seed=n, device=CUDA))
+
+
 @pytest.mark.parametrize("m", [1, 3, 100])
 def test_mm_decode_shapes_and_padded_m(m):
     # Where the dispatcher pads the partial M-tile (explain(...).pad_m), the rows past M in the

@@ -56,6 +56,20 @@ def test_scaled_mm(rowwise, out_dtype, mnk, fast):
     run_scaled(a, b, sa, sb, out_dtype, fast)
 
 
+# Issue 27's ragged row runs the swap-AB tiles registered for it, as the dispatcher picks them.
+@pytest.mark.parametrize("fast,config", [pytest.param(f, c, id=c) for f, c in [
+    (False, "sm90a_e4m3_128x96x128_c1x2_sw1_row_coop_swapab"),
+    (True, "sm90a_e4m3_128x144x128_c1x2_sw1_row_sk2_coop_swapab_fastacc")]])
+def test_scaled_mm_ragged_row_runs_its_tile(fast, config):
+    m, n, k = 257, 4096, 4096
+    if config not in built_configs("e4m3", fast_accum=fast, arch=ARCH):
+        pytest.skip(f"{config} not built")
+    assert pg.explain(m, n, k, dtype="e4m3", scale="tensor", use_fast_accum=fast).config == config
+    a, b = fp8_pair(m, n, k, seed=7, device=CUDA)
+    sa, sb = fp32_scales(m, n, False, seed=8, device=CUDA)
+    run_scaled(a, b, sa, sb, use_fast_accum=fast)
+
+
 def test_default_out_dtype_is_bf16_and_default_accumulation_is_promoted():
     a, b = fp8_pair(129, 264, 512, seed=3, device=CUDA)
     sa, sb = fp32_scales(129, 264, False, device=CUDA)
