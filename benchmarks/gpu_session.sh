@@ -14,6 +14,24 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export PGEMM_CUTLASS_PATH=${PGEMM_CUTLASS_PATH:-$PWD/.whl/cutlass_library/source}
 
+# pytest_file PREFIX FILE [pytest args]: one test file in its own process (a kernel fault is a
+# sticky CUDA error that fails every later test of its process), logged to $OUT/PREFIX<file>.log.
+pytest_file() {
+  local log="$OUT/$1$(basename "$2" .py).log"
+  timeout 300 python3 -m pytest -q -p no:cacheprovider "$2" "${@:3}" > "$log" 2>&1
+  echo "$2: $(tail -1 "$log")"; grep -E "^(FAILED|ERROR)" "$log" | head -8
+}
+# sanitize_three LABEL [sanitize_tails.py args]: memcheck, racecheck and synccheck over the tail
+# shapes of the kernels the arguments select, logged to $OUT/sanitize_LABEL_<tool>.log.
+sanitize_three() {
+  local tool log
+  for tool in memcheck racecheck synccheck; do
+    log="$OUT/sanitize_$1_$tool.log"
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_tails.py "${@:2}" > "$log" 2>&1
+    echo "$1 $tool rc=$? ($(tail -1 "$log"))"
+  done
+}
+
 case "${1:-}" in
   build)
     if [ ! -f .whl/cutlass_library/source/include/cutlass/cutlass.h ]; then
@@ -89,30 +107,17 @@ case "${1:-}" in
     # Issue 27's kernels after `build` (PGEMM_KERNELS='sm90a_(bf16|e4m3)_' suffices): their GPU
     # tests and split-K's (the shared fixup), then memcheck, racecheck and synccheck over their
     # tail shapes. One pytest process per file (a fault is sticky). Logs under $OUT.
-    for f in tests/test_gpu_stream_k.py tests/test_gpu_decode.py; do
-      timeout 300 python3 -m pytest -q -p no:cacheprovider "$f" > "$OUT/$(basename "$f" .py).log" 2>&1
-      echo "$f: $(tail -1 "$OUT/$(basename "$f" .py).log")"; grep -E "^(FAILED|ERROR)" "$OUT/$(basename "$f" .py).log" | head -8
-    done
-    for tool in memcheck racecheck synccheck; do
-      timeout 240 compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_tails.py --family streamk \
-        > "$OUT/sanitize_streamk_$tool.log" 2>&1
-      echo "streamk $tool rc=$? ($(tail -1 "$OUT/sanitize_streamk_$tool.log"))"
-    done
+    for f in tests/test_gpu_stream_k.py tests/test_gpu_decode.py; do pytest_file "" "$f"; done
+    sanitize_three streamk --family streamk
     ;;
   tiles)
     # Catalogue tiles new since the last GPU run, after `build`: their forced GPU tests (pytest -k
     # "$K", one process per file: a fault is sticky), then memcheck, racecheck and synccheck over
     # their tail shapes (sanitize_tails.py --match "$MATCH"). Logs under $OUT.
     for f in tests/test_gpu.py tests/test_gpu_scaled_mm.py tests/test_gpu_ops.py; do
-      timeout 300 python3 -m pytest -q -p no:cacheprovider "$f" -k "${K:?K=pytest -k expression}" \
-        > "$OUT/tiles_$(basename "$f" .py).log" 2>&1
-      echo "$f: $(tail -1 "$OUT/tiles_$(basename "$f" .py).log")"; grep -E "^(FAILED|ERROR)" "$OUT/tiles_$(basename "$f" .py).log" | head -8
+      pytest_file tiles_ "$f" -k "${K:?K=pytest -k expression}"
     done
-    for tool in memcheck racecheck synccheck; do
-      timeout 240 compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_tails.py \
-        --match "${MATCH:?MATCH=config regex}" > "$OUT/sanitize_tiles_$tool.log" 2>&1
-      echo "tiles $tool rc=$? ($(tail -1 "$OUT/sanitize_tiles_$tool.log"))"
-    done
+    sanitize_three tiles --match "${MATCH:?MATCH=config regex}"
     ;;
   fitted)
     # Issue 27's fitted tiles: the not-built configs of benchmarks/results/issue27/fitted_extras.txt
