@@ -26,8 +26,10 @@ def main() -> int:
     cols = lines[head]
     total_col = next(i for i, c in enumerate(cols) if "Warp Stall Sampling (All Samples)" in c)
     src_col = next((i for i, c in enumerate(cols) if c.strip() in ("Source", "# Source")), 1)
-    reason_cols = [i for i, c in enumerate(cols) if c.startswith("stall_") or "Stall" in c and i != total_col
-                   and "Not-issued" not in c and "All Samples" not in c]
+    # Per-reason columns (ncu names them stall_<reason>, each with a "(Not Issued)" twin): the
+    # issued-and-not-issued sample counts, not the twins or the totals.
+    reason_cols = [i for i, c in enumerate(cols) if i != total_col and (c.startswith("stall_") or "Stall" in c)
+                   and "Not Issued" not in c and "Not-issued" not in c and "All Samples" not in c]
     rows = [r for r in lines[head + 1:] if len(r) == len(cols)]
     total = sum(number(r[total_col]) for r in rows) or 1.0
     print(f"{len(rows)} SASS lines, {total:.0f} stall samples")

@@ -45,8 +45,9 @@ template <class Scheduler>
 using GemmOn = cutlass::gemm::device::GemmUniversalAdapter<
     cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>>;
 
+// Both schedulers take the same swizzle and raster (along N); `configure` sets what only one has.
 template <class Gemm, class Configure>
-char const* run(void const* a, int64_t lda, void const* b, int64_t ldb, void* d, int m, int n, int k,
+char const* run(void const* a, int64_t lda, void const* b, int64_t ldb, void* d, int m, int n, int k, int swizzle,
                 void* workspace, size_t workspace_bytes, cudaStream_t stream, size_t* workspace_needed,
                 Configure configure) {
   using StrideA = typename Gemm::GemmKernel::StrideA;
@@ -70,6 +71,8 @@ char const* run(void const* a, int64_t lda, void const* b, int64_t ldb, void* d,
     return sms;
   }();
   args.hw_info.sm_count = sm_count;
+  args.scheduler.max_swizzle_size = swizzle;
+  args.scheduler.raster_order = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Params::RasterOrderOptions::AlongN;
   configure(args.scheduler);
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return "cannot implement this problem";
@@ -90,19 +93,13 @@ char const* run(void const* a, int64_t lda, void const* b, int64_t ldb, void* d,
 char const* cutlass_peer_mm(void const* a, int64_t lda, void const* b, int64_t ldb, void* d, int m, int n, int k,
                             int swizzle, int stream_k, void* workspace, size_t workspace_bytes, cudaStream_t stream,
                             size_t* workspace_needed) {
-  using RasterOrder = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Params::RasterOrderOptions;
   using Decomposition = cutlass::gemm::kernel::detail::DecompositionMode;
   if (stream_k == 0) {
-    return run<GemmOn<cutlass::gemm::PersistentScheduler>>(
-        a, lda, b, ldb, d, m, n, k, workspace, workspace_bytes, stream, workspace_needed, [&](auto& s) {
-          s.max_swizzle_size = swizzle;
-          s.raster_order = RasterOrder::AlongN;
-        });
+    return run<GemmOn<cutlass::gemm::PersistentScheduler>>(a, lda, b, ldb, d, m, n, k, swizzle, workspace,
+                                                           workspace_bytes, stream, workspace_needed, [](auto&) {});
   }
   return run<GemmOn<cutlass::gemm::StreamKScheduler>>(
-      a, lda, b, ldb, d, m, n, k, workspace, workspace_bytes, stream, workspace_needed, [&](auto& s) {
-        s.max_swizzle_size = swizzle;
-        s.raster_order = RasterOrder::AlongN;
+      a, lda, b, ldb, d, m, n, k, swizzle, workspace, workspace_bytes, stream, workspace_needed, [&](auto& s) {
         s.decomposition_mode = stream_k == 1 ? Decomposition::StreamK : Decomposition::Heuristic;
       });
 }
