@@ -46,6 +46,11 @@ def family(name: str) -> str:
     return parse_name(name).dtype
 
 
+def fast(name: str) -> bool:
+    """A '_fastacc' kernel runs only as use_fast_accum=True (the op refuses it for promoted sums)."""
+    return parse_name(name).accum == "fast"
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=ids)
 @pytest.mark.parametrize("name", NAMES)
 def test_decode_configs_match_float64(name, shape):
@@ -56,9 +61,9 @@ def test_decode_configs_match_float64(name, shape):
         a, b = fp8_pair(m, n, k, seed=m + n, device=CUDA)
         for rowwise in (False, True):
             sa, sb = fp32_scales(m, n, rowwise, seed=k, device=CUDA)
-            out = poisoned(lambda: pg.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, config=name),
-                           m, n, torch.bfloat16)
-            check_scaled_mm(out, a, b, sa, sb, torch.bfloat16)
+            out = poisoned(lambda: pg.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, config=name,
+                                                use_fast_accum=fast(name)), m, n, torch.bfloat16)
+            check_scaled_mm(out, a, b, sa, sb, torch.bfloat16, use_fast_accum=fast(name))
     else:
         dt = DTYPE[fam]
         a = operand(m, k, dt, True, seed=m + n, device=CUDA)
@@ -75,7 +80,8 @@ def test_split_k_is_bitwise_reproducible(name):
     if family(name) == "e4m3":
         a, b = fp8_pair(m, n, k, seed=1, device=CUDA)
         sa, sb = fp32_scales(m, n, True, seed=2, device=CUDA)
-        run = lambda: pg.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, config=name)  # noqa: E731
+        run = lambda: pg.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, config=name,  # noqa: E731
+                                   use_fast_accum=fast(name))
     else:
         dt = DTYPE[family(name)]
         a, b = operand(m, k, dt, True, seed=1, device=CUDA), operand(k, n, dt, False, seed=2, device=CUDA)

@@ -40,8 +40,9 @@ def _run(name, m, n, k, seed):
         a, b = fp8_pair(m, n, k, seed=seed, device=CUDA)
         sa, sb = fp32_scales(m, n, True, seed=seed + 1, device=CUDA)
         ref = (a.double() * sa.double()) @ (b.double() * sb.double())
-        return (lambda: pg.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, config=name), ref,
-                lambda out: check_scaled_mm(out, a, b, sa, sb, torch.bfloat16))
+        fast = cfg.accum == "fast"  # a '_fastacc' kernel runs only as use_fast_accum=True
+        return (lambda: pg.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, config=name, use_fast_accum=fast), ref,
+                lambda out: check_scaled_mm(out, a, b, sa, sb, torch.bfloat16, use_fast_accum=fast))
     dt = DTYPE[cfg.dtype]
     a = operand(m, k, dt, True, seed=seed, device=CUDA)
     b = operand(k, n, dt, False, seed=seed + 1, device=CUDA)
