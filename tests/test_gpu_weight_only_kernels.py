@@ -4,9 +4,24 @@ weight, ``pg.mm(x, prepared_weight)``: the decode GEMV (M <= 64 tokens) and the 
 holds its NaN-poisoned output to float64 with the bound of the suite: within 2x the error of
 torch's own bf16 GEMM on the same (exactly dequantized) weight, plus a small floor."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
-from conftest import E8M0, e8m0_scales, error_bound, mx_blocks, poisoned, randn, rel_err, rounding_err
+from conftest import (
+    E8M0,
+    built_configs,
+    e8m0_scales,
+    error_bound,
+    mx_blocks,
+    poisoned,
+    randn,
+    rel_err,
+    requires_config,
+    rounding_err,
+)
 
 import persistent_gemm as pg
 
@@ -171,3 +186,57 @@ def test_forced_config_names_its_limit():
     x, pw, _, _ = _problem("mxfp8", 20, 256, 512)
     with pytest.raises(ValueError, match="exceeds its 16 tokens"):
         pg.mm(x, pw, config="sm90a_bf16xe4m3_128x16x256_c1x1_sw1_row_gemv_swapab")
+
+
+# Each weight-only bf16-route tile is one CUTLASS kernel type with the MX op's route tile of the
+# same weight format (the activations differ only in the pre-pass), built in another
+# translation unit with its own __global__ entry. A once-per-type shared-memory opt-in let
+# whichever of the two launched second fail with "invalid argument" (a full GPU run met it:
+# test_gpu_mx_route ran first). Every pair runs in both orders, each order in a fresh process;
+# each kernel's result must not depend on the order.
+MX_TWIN = {"mxfp8": ("mxfp8_mm", "mxfp8"), "fp4": ("fp8_fp4_mm", "e4m3xe2m1")}
+_ORDER_CHILD = r"""
+import sys, torch
+import persistent_gemm as pg
+tests, fmt, mx_op, order, out_path, *pairs = sys.argv[1:]
+sys.path.insert(0, tests)
+from conftest import randn
+from mx_helpers import mx_call, mx_operands
+
+quantize = pg.quantize_mxfp8 if fmt == "mxfp8" else pg.quantize_mxfp4
+wq, ws = quantize(randn(384, 1024, torch.float32, seed=1, device="cuda"))
+pw = pg.prepare_weight(wq, ws, fmt=fmt)
+x = randn(200, 1024, torch.bfloat16, seed=2, device="cuda")
+mx_args = mx_operands(mx_op, 200, 384, 1024, seed=3)
+outs = {}
+for pair in pairs:
+    wo_cfg, mx_cfg = pair.split(",")
+    calls = {wo_cfg: lambda: pg.mm(x, pw, config=wo_cfg),
+             mx_cfg: lambda: mx_call(mx_op, mx_args, out_dtype=torch.bfloat16, config=mx_cfg)}
+    for name in (calls if order == "weight_only_first" else reversed(list(calls))):
+        outs[name] = calls[name]().cpu()
+torch.cuda.synchronize()
+torch.save(outs, out_path)
+"""
+
+
+@pytest.mark.parametrize("fmt", sorted(FMTS))
+def test_bf16_route_twins_launch_in_either_order(fmt, tmp_path):
+    family = FMTS[fmt][0]
+    mx_op, mx_family = MX_TWIN[fmt]
+    pairs = [(c, c.replace(f"_{family}_", f"_{mx_family}_", 1))
+             for c in built_configs(family, arch="sm90a") if c.endswith("_bf16route")]
+    pairs = [(wo, mx) for wo, mx in pairs if mx in built_configs(mx_family, arch="sm90a")]
+    if not pairs:
+        requires_config(f"sm90a_{family}_64x128x64_c1x1_sw8_row_pp_swapab_bf16route")  # skips, naming one
+    results = {}
+    for order in ("weight_only_first", "mx_first"):
+        path = tmp_path / f"{order}.pt"
+        argv = [sys.executable, "-c", _ORDER_CHILD, str(Path(__file__).parent), fmt, mx_op, order, str(path),
+                *(f"{wo},{mx}" for wo, mx in pairs)]
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, f"{order}: {run.stderr[-3000:]}"
+        results[order] = torch.load(path)
+    for name, first in results["weight_only_first"].items():
+        assert torch.isfinite(first.float()).all(), name
+        assert torch.equal(first, results["mx_first"][name]), f"{name}: its result depends on which twin ran first"

@@ -12,16 +12,31 @@ namespace persistent_gemm::kernel {
 // TMA boxes, bulk copies and vector stores need 16-byte aligned global addresses.
 inline bool aligned16(void const* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// cudaFuncSetAttribute is per-device state: set it once per (kernel, device), not per launch.
-// `Kernel` only keys the static state; `entry` is its __global__ function.
+// cudaFuncSetAttribute is per-(function, device) state: set it once, not per launch. The state
+// is keyed by `entry`, not by `Kernel` alone. nvcc gives every translation unit its own host
+// stub of a template __global__, so two TUs that instantiate one Kernel type (the MX ops' bf16
+// route and the weight-only one share a mainloop, epilogue and schedule) register two entries,
+// while a static local of this inline template is one object for both (a GNU unique symbol, one
+// even across shared objects, so a JIT module's twin of a catalogue kernel shares it too). Keyed
+// by the type, whichever entry launched second skipped its opt-in and failed with "invalid
+// argument" (tests/test_gpu_weight_only_kernels.py's order test).
 template <class Kernel>
 cudaError_t opt_in_smem(void const* entry, int device) {
-  static std::atomic<uint64_t> done_mask{0};
-  uint64_t const bit = device < 64 ? (uint64_t{1} << device) : 0;
-  if (bit && (done_mask.load(std::memory_order_acquire) & bit)) return cudaSuccess;
-  cudaError_t err = cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Kernel::SharedStorageSize);
-  if (err == cudaSuccess && bit) done_mask.fetch_or(bit, std::memory_order_acq_rel);
+  constexpr int kEntries = 4;  // TUs or modules per Kernel type we remember; more just re-set it
+  static std::atomic<void const*> done[64][kEntries] = {};
+  bool const cacheable = device >= 0 && device < 64;
+  if (cacheable) {
+    for (auto const& slot : done[device])
+      if (slot.load(std::memory_order_acquire) == entry) return cudaSuccess;
+  }
+  cudaError_t const err = cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               Kernel::SharedStorageSize);
+  if (err == cudaSuccess && cacheable) {
+    for (auto& slot : done[device]) {
+      void const* seen = nullptr;
+      if (slot.compare_exchange_strong(seen, entry, std::memory_order_acq_rel) || seen == entry) break;
+    }
+  }
   return err;
 }
 
