@@ -28,9 +28,6 @@ LATER = {**{name: RESULTS / "h100_s11" / "h100_split_swap_fitted_sweep.csv"
 
 #: Rows the model is known to miss by more than 3%, with the measured ratio it must not exceed.
 KNOWN_MISSES = {
-    # Stream-K at long K: the tail's workers run far apart in K and lose the wave's L2 reuse,
-    # which the model does not price (cost_model.cpp, kStreamKFixedUs): 5.3% slower than the twin.
-    ("mm", 8192, 8192, 28672): 1.06,
     # Ragged e4m3 1000x3000x5000: the 128x64 ping-pong tile's estimate ties the cooperative one's.
     ("scaled_mm", 1000, 3000, 5000): 1.05,
     # Unaligned D (8191 columns): the stream-K twin has only a TMA-store variant, which pads D (two
