@@ -89,27 +89,38 @@ struct Sm90Fp8OverlappedPromotionMma : Base {
     };
 
     clear(accum);
-    issue(temp0);
-    int k_tile = 1;
-    // Unrolled by two so each temporary is a fixed register set (no dynamic indexing).
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_tile + 1 < k_tile_count; k_tile += 2) {
-      issue(temp1);
-      warpgroup_wait<1>();  // temp0's K-tile is done; temp1's stays queued
+    // Both temporaries are issued before the first wait, and the one-K-tile case branches off
+    // before any wgmma is in flight. With the loop's entry test between the first two issues,
+    // ptxas injected a warpgroup.wait 0 there (warning C7517): every tile's first K-tile ran
+    // alone, with nothing queued behind it.
+    if (k_tile_count < 2) {
+      issue(temp0);
+      warpgroup_wait<0>();
       promote(temp0);
+      return;
+    }
+    issue(temp0);
+    issue(temp1);
+    // Both temporaries in flight at the top of every iteration, temp0 the older; unrolled by two
+    // so each temporary is a fixed register set (no dynamic indexing).
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int k_tile = 2;; k_tile += 2) {
+      warpgroup_wait<1>();
+      promote(temp0);
+      if (k_tile == k_tile_count) {
+        warpgroup_wait<0>();
+        promote(temp1);
+        return;
+      }
       issue(temp0);
       warpgroup_wait<1>();
       promote(temp1);
-    }
-    if (k_tile < k_tile_count) {
+      if (k_tile + 1 == k_tile_count) {
+        warpgroup_wait<0>();
+        promote(temp0);
+        return;
+      }
       issue(temp1);
-      warpgroup_wait<1>();
-      promote(temp0);
-      warpgroup_wait<0>();
-      promote(temp1);
-    } else {
-      warpgroup_wait<0>();
-      promote(temp0);
     }
   }
 
