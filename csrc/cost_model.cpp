@@ -79,12 +79,12 @@ constexpr double kStreamKFixedUs = 5.0;
 // ... and a rate: where the tail is a small part of many waves, the model's gain from filling it
 // (1-3%) is inside what a stream-K kernel loses over its whole run. Measured against the twin at
 // 8192x28672x8192, 8192x8192x28672 and 8192^3 (bf16 128x256): 6.0%, 7.7%, 2.7% slower on the
-// H100 (issue27/h100_s13), -0.1%, 5.3%, +1.4% on the H200. No physical term fitted both GPUs
-// (the tail's lost L2 reuse explains long K and contradicts 8192^3), so this is a minimum gain:
-// behind a data-parallel head, stream-K is chosen only where its tail saves more than 4% of the
-// run. Not where all of the work is dealt stream-K (fewer units than two waves: every piece
-// starts at once, evenly dealt): there it won where the model said it would (e4m3 promoted
-// 1000x3000x5000: 2.7% ahead of its twin on the H100, 0.5% on the H200).
+// H100 (issue27/h100_s13); 0.1% faster, 5.3% slower, 1.4% faster on the H200. No physical term
+// fitted both GPUs (the tail's lost L2 reuse explains long K and contradicts 8192^3), so this is a
+// minimum gain: behind a data-parallel head, stream-K is chosen only where its tail saves more
+// than 4% of the run. Not where all of the work is dealt stream-K (fewer units than two waves:
+// every piece starts at once, evenly dealt): there it won where the model said it would (e4m3
+// promoted 1000x3000x5000: 2.7% ahead of its twin on the H100, 0.5% on the H200).
 constexpr double kStreamKRateLoss = 0.04;
 // The MX decode GEMV (KernelStyle::Gemv): a weight stream at the copy rate, plus a fixed cost
 // (ramp of the first stages, the last strips' cross-CTA reduction), or, at larger M, its issue
