@@ -8,6 +8,7 @@ import persistent_gemm as pg
 from persistent_gemm import archs, catalogue, codegen
 from support.kernel_table_rows import entry_rows
 from persistent_gemm.catalogue import CATALOGUE, MX_DTYPES, WEIGHT_ONLY_DTYPES, ConfigError, KernelConfig
+from persistent_gemm.config_rules import promoted_slice_n, sliced_promotion_extra_registers
 
 
 def _fp8(rows, cols, seed):
@@ -47,23 +48,48 @@ def test_accum_must_be_known():
         KernelConfig(tile=(128, 128, 128), dtype="e4m3", accum="fp32")
 
 
-@pytest.mark.parametrize("tile,kernel,ok", [
-    ((128, 256, 128), "cooperative", False),  # 3 x 128 accumulator registers per thread
-    ((128, 128, 128), "pingpong", False),     # one WG owns the tile: 3 x 128
-    ((128, 192, 128), "cooperative", False),  # 3 x 96
-    ((128, 128, 128), "cooperative", True),   # 3 x 64: at the budget
-    ((128, 64, 128), "pingpong", True),
-    ((64, 64, 128), "pingpong", True),
+@pytest.mark.parametrize("tile,kernel,slice_n", [
+    ((128, 256, 128), "cooperative", 32),   # 128 + 2 x 16 (slice temporaries) + 16 (A) = 176; 64 wide: 208
+    ((128, 192, 128), "cooperative", 32),   # 3 slices of 64 is odd: 6 of 32, 96 + 32 + 16
+    ((128, 224, 128), "cooperative", 16),   # 7 slices of 32 is odd: 14 of 16, 112 + 16 + 16
+    ((128, 128, 128), "pingpong", -1),      # one WG owns the tile: 3 x 128, and no sliced ping-pong
+    ((256, 128, 128), "cooperative", -1),   # 3 x 128; sliced tiles are 128 rows
+    ((128, 208, 128), "cooperative", -1),   # 208 = 13 x 16: no even slice count
+    ((128, 128, 128), "cooperative", 0),    # 3 x 64: at the budget, whole-tile temporaries
+    ((128, 64, 128), "pingpong", 0),
+    ((64, 64, 128), "pingpong", 0),
 ])
-def test_promoted_register_budget(tile, kernel, ok):
+def test_promoted_register_budget(tile, kernel, slice_n):
     make = lambda accum: KernelConfig(tile=tile, kernel=kernel, dtype="e4m3", accum=accum,
                                       schedule=pg.TileSchedule(swizzle=8, cluster=(1, 2)))
-    if ok:
-        make("promoted")
+    if slice_n >= 0:
+        assert promoted_slice_n(make("promoted")) == slice_n
     else:
-        with pytest.raises(ConfigError, match="two in-flight temporaries"):
+        with pytest.raises(ConfigError, match="two in-flight temporaries.*N-slices"):
             make("promoted")
     make("fast")  # fast accumulation holds one accumulator: every tile fits
+
+
+def test_sliced_promotion_takes_the_widest_slice_its_budget_allows():
+    # 128x256: the accumulator (128) + two 32-wide temporaries (2 x 16) + the K-tile's A fragment
+    # (16) = 176; 64-wide slices would hold 208.
+    assert 128 + sliced_promotion_extra_registers(32, 128) == 176
+    assert 128 + sliced_promotion_extra_registers(64, 128) == 208
+    budget = archs.ARCHS["sm90a"].limits.sliced_promotion_register_budget
+    cfg = KernelConfig(tile=(128, 256, 128), dtype="e4m3", schedule=pg.TileSchedule(swizzle=8, cluster=(2, 1)))
+    assert promoted_slice_n(cfg) == (64 if budget >= 208 else 32)
+
+
+def test_slice_rule_mirrors_the_cpp_header():
+    from pathlib import Path
+    root = Path(catalogue.__file__).parents[2] / "include" / "persistent_gemm" / "kernel"
+    rule = (root / "promotion_rule.hpp").read_text()
+    # The same candidates, in the same order, the same register sum, the same budgets.
+    assert "constexpr int kWidths[] = {64, 32, 16};" in rule
+    assert "(tile_n / slice) % 2 == 0" in rule and "if (!coop || tile_m != 128) return -1;" in rule
+    assert "return 2 * (64 * slice_n / 128) + 64 * tile_k / 128 / 4;" in rule
+    builder = (root / "sm90_gemm_builder.hpp").read_text()
+    assert "kAccumulatorRegisterBudget, arch_limits::sm90a::kSlicedPromotionRegisterBudget);" in builder
 
 
 def test_register_budget_mirrors_the_cpp_static_assert():

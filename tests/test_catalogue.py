@@ -172,7 +172,8 @@ def test_any_config_is_valid_and_round_trips_or_raises_config_error_with_a_reaso
         ("sm90a_bf16_128x256x64_c2x1_sw8_row_coop_s1", r"stages must be None"),
         ("sm90a_bf16_128x256x64_c2x1_sw8_row_coop_s13", r"stages must be None"),
         ("sm90a_bf16_128x256x64_c2x1_sw8_row_coop_fastacc", r"accum='fast' is an FP8 mainloop option"),
-        ("sm90a_e4m3_128x256x128_c2x1_sw8_row_coop", r"promoted FP8 accumulation keeps"),
+        ("sm90a_e4m3_256x128x128_c2x1_sw8_row_coop", r"promoted FP8 accumulation keeps"),
+        ("sm90a_e4m3_128x128x128_c1x2_sw8_row_pp", r"only 128-row cooperative tiles may promote in N-slices"),
         ("sm90a_e4m3_128x256x128_c2x1_sw8_row_coop_s4_fastacc", r"is not of the form"),
         # the MX bf16 route's rules (collective/sm90_mx_bf16_mma.hpp)
         ("sm90a_mxfp8_128x256x64_c1x1_sw8_row_coop_bf16route", r"route='bf16' kernels are swap_ab"),

@@ -138,3 +138,31 @@ def test_sm90a_mx_decode_gemv_streams_by_tma_and_reads_shared_memory_with_lds():
         assert "UTMALDG" in body and re.search(r"\bHMMA\.16816\.F32\b", body) and "LDS" in body, name
         assert not re.search(r"\bLD\.E\b", body), f"{name}: generic loads (a shared pointer lost its space)"
 
+
+
+def test_sm90a_promoted_fp8_kernels_keep_a_wgmma_in_flight_while_promoting():
+    """The promoting FP8 mainloops add a retired temporary into the accumulator while the next
+    wgmma batch runs (warpgroup.wait 1). ptxas silently serializes every wgmma of a kernel
+    (C7514: one wait 0 per wgmma) over details as small as the shape of the K loop, so the
+    overlap is checked where it lives, in the SASS: fewer fences than wgmmas, waits that leave
+    one batch in flight, and no local memory (a fragment the compiler could not keep in
+    registers). The sliced kernels also feed wgmma a register A operand (RS) for every slice but
+    a K-tile's last, which reads shared memory (SS)."""
+    built = [e for e in pg._C.built_kernels() if e["arch"] == "sm90a" and parse_name(e["config"]).dtype == "e4m3"
+             and parse_name(e["config"]).accum == "promoted"]
+    if not built:
+        pytest.skip("no promoted e4m3 sm90a kernel built")
+    funcs = {n: b for n, b in _functions(sass("sm90a")).items()
+             if "Sm90Fp8OverlappedPromotionMma" in n or "Sm90Fp8SlicedPromotionMma" in n}
+    assert funcs, "no promoting FP8 kernel in the sm90a module"
+    for name, body in funcs.items():
+        wgmmas = len(re.findall(r"\bQGMMA\.64x\d+x32\.F32\.E4M3\.E4M3\b", body))
+        arrives = body.count("WARPGROUP.ARRIVE")
+        assert wgmmas > 0 and arrives < wgmmas, f"{name}: {arrives} fences for {wgmmas} wgmmas (serialized)"
+        assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in body, f"{name}: no wait that leaves a batch in flight"
+        assert not re.search(r"\b(STL|LDL)\b", body), f"{name}: local memory in a promoting kernel"
+        if "Sm90Fp8SlicedPromotionMma" in name:
+            assert re.search(r"QGMMA\.64x\d+x32\.F32\.E4M3\.E4M3 R\d+, R\d+, gdesc", body), f"{name}: no RS wgmma"
+            assert re.search(r"QGMMA\.64x\d+x32\.F32\.E4M3\.E4M3 R\d+, gdesc\[UR\d+\], (R\d+|RZ)", body), \
+                f"{name}: no SS wgmma"
+            assert "LDSM" in body, f"{name}: A is not loaded into registers by ldmatrix"

@@ -56,6 +56,9 @@ class ArchLimits:
     smem_bytes: int = _limit("opt-in dynamic shared memory per CTA (227 KB)")
     accumulator_register_budget: int = _limit(
         "accumulator registers a consumer thread may hold (of its 232), the rest being addressing and pipeline state")
+    sliced_promotion_register_budget: int = _limit(
+        "registers a consumer of the N-sliced promoting FP8 mainloop may hold in its accumulator, slice "
+        "temporaries and A fragment together")
     mx_tile_k: int = _limit("K tile of the MX mainloop: one blocked-layout scale atom column (four 1x32 blocks)")
     mx_tile_n: int = _limit("N tile of the block-scaled UMMA per CTA")
     mx_epilogue_smem_bytes: int = _limit("the MX TMA-store epilogue's staging + barriers (an estimate)")
@@ -118,14 +121,16 @@ ARCHS: dict[str, ArchSpec] = {a.name: a for a in (
              min_nvcc=(12, 0), styles=("cooperative", "pingpong", "gemv"), default_style="cooperative",
              builder_header="sm90_gemm_builder", sm_count=132, part="H200", cost=_H200,
              fused_bias=True, validated_on_hardware=True,
-             limits=ArchLimits(smem_bytes=232448, accumulator_register_budget=192, mx_tile_k=128, mx_tile_n=0,
+             limits=ArchLimits(smem_bytes=232448, accumulator_register_budget=192, sliced_promotion_register_budget=192,
+                               mx_tile_k=128, mx_tile_n=0,
                                mx_epilogue_smem_bytes=0),
              plain_mma_n=(8, 16, 32, 64, 96, 128, 192, 256)),
     ArchSpec(name="sm100a", sm=(10, 0), torch_arch="10.0a", gencode="-gencode=arch=compute_100a,code=sm_100a",
              min_nvcc=(12, 8), styles=("1sm", "2sm"), default_style="1sm",
              builder_header="sm100_gemm_builder", sm_count=148, part="B200", cost=_B200,
              fused_bias=False, validated_on_hardware=False,
-             limits=ArchLimits(smem_bytes=232448, accumulator_register_budget=0, mx_tile_k=128, mx_tile_n=128,
+             limits=ArchLimits(smem_bytes=232448, accumulator_register_budget=0, sliced_promotion_register_budget=0,
+                               mx_tile_k=128, mx_tile_n=128,
                                mx_epilogue_smem_bytes=17408)),
 )}
 

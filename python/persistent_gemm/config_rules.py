@@ -70,14 +70,13 @@ def rejection(c) -> Optional[str]:
             return _sm90_bf16_route(c)
         if c.dtype in MX_DTYPES:
             return _sm90_mx(c)
-        if c.dtype == "e4m3" and c.accum == "promoted":
-            # A cooperative tile is split over 256 consumer threads, a ping-pong tile is one WG's.
+        if c.dtype == "e4m3" and c.accum == "promoted" and promoted_slice_n(c) < 0:
             acc = tm * tn // (256 if c.kernel == "cooperative" else 128)
             budget = _ARCH_SPECS[c.arch].limits.accumulator_register_budget
-            if 3 * acc > budget:
-                return (f"promoted FP8 accumulation keeps an fp32 accumulator and two in-flight temporaries: "
-                        f"3 x {acc} registers per consumer thread exceed the {budget} "
-                        f"available for accumulators (use a smaller tile, or accum='fast')")
+            return (f"promoted FP8 accumulation keeps an fp32 accumulator and two in-flight temporaries: "
+                    f"3 x {acc} registers per consumer thread exceed the {budget} available for "
+                    f"accumulators, and only 128-row cooperative tiles may promote in N-slices (whose "
+                    f"temporaries must fit beside the accumulator); use a smaller tile, or accum='fast'")
     else:
         if c.swap_ab:
             return "swap_ab is an sm90a option (sm100a MX kernels read both operands from shared memory)"
@@ -89,6 +88,34 @@ def rejection(c) -> Optional[str]:
         if c.dtype in MX_DTYPES:
             return _sm100_mx(c)
     return None
+
+def sliced_promotion_extra_registers(slice_n: int, tile_k: int) -> int:
+    """Registers the sliced promoting mainloop holds per consumer thread besides the accumulator:
+    two slice temporaries (64 x slice_n fp32 over 128 threads) and the K-tile's A fragment (64 x
+    tile_k e4m3 over 128 threads). Mirrors kernel/promotion_rule.hpp."""
+    return 2 * (64 * slice_n // 128) + 64 * tile_k // 128 // 4
+
+
+def promoted_slice_n(c) -> int:
+    """Which promoting mainloop an sm90a e4m3 promoted config gets (mirrors slice_n() in
+    kernel/promotion_rule.hpp): 0, the whole-tile one (fp32 accumulator + two whole-tile
+    temporaries fit the accumulator budget); a slice width, the N-sliced one (128-row cooperative
+    tiles: the widest of 64, 32, 16 columns, an even count of them, whose registers fit the
+    sliced budget); -1, neither."""
+    tm, tn, tk = c.tile
+    coop = c.kernel == "cooperative"
+    acc = tm * tn // (256 if coop else 128)  # a cooperative tile spans 256 consumer threads
+    lim = _ARCH_SPECS[c.arch].limits
+    if 3 * acc <= lim.accumulator_register_budget:
+        return 0
+    if not coop or tm != 128:
+        return -1
+    for slice_n in (64, 32, 16):
+        if tn % slice_n == 0 and (tn // slice_n) % 2 == 0 and \
+                acc + sliced_promotion_extra_registers(slice_n, tk) <= lim.sliced_promotion_register_budget:
+            return slice_n
+    return -1
+
 
 def _gemv(c) -> Optional[str]:
     """The rules of the MX decode kernel (mirrors the static_asserts and can_implement of

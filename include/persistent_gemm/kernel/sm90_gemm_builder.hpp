@@ -11,7 +11,8 @@
 //           the style and the accumulation tag. FP8 has two: AccumPromoted adds each K-tile's
 //           partial sums into an fp32 accumulator (torch._scaled_mm's default accuracy) without
 //           draining the wgmma queue (collective/sm90_fp8_promoted_mma.hpp, over CUTLASS's FP8
-//           collective); AccumFast keeps them in the tensor core's reduced-precision accumulator
+//           collective; tiles too wide for its registers promote N-slices in turn,
+//           sm90_fp8_sliced_promotion_mma.hpp); AccumFast keeps them in the tensor core's reduced-precision accumulator
 //           for the whole K loop (use_fast_accum=True), whose error grows with K.
 // Epilogue: TmaStore  -> CUTLASS TMA warp-specialized epilogue with an EVT for the scale;
 //                        needs a 16 B aligned D pointer, ldd AND N (a TMA store writes whole
@@ -37,11 +38,13 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 
 #include "persistent_gemm/collective/sm90_fp8_promoted_mma.hpp"
+#include "persistent_gemm/collective/sm90_fp8_sliced_promotion_mma.hpp"
 #include "persistent_gemm/epilogue/sm90_tma_fusion.hpp"
 #include "persistent_gemm/generated/arch_limits.hpp"
 #include "persistent_gemm/kernel/builder_common.hpp"
 #include "persistent_gemm/kernel/builder_spec.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
+#include "persistent_gemm/kernel/promotion_rule.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
 #include "persistent_gemm/kernel/split_nonce.hpp"
 #include "persistent_gemm/registry.h"
@@ -57,15 +60,17 @@ namespace sm90_detail {
 using RowMajor = cutlass::layout::RowMajor;
 using ColumnMajor = cutlass::layout::ColumnMajor;
 
-// Accumulator registers one consumer thread holds for a tile: a cooperative tile is split over
-// 256 threads, a ping-pong tile belongs to one 128-thread warpgroup.
-template <class TileShape, bool Coop>
-constexpr int accumulator_registers() {
-  return int(cute::size<0>(TileShape{}) * cute::size<1>(TileShape{})) / (Coop ? 256 : 128);
-}
 // Registers a consumer may spend on accumulators: archs.py's limit, which config_rules.py's
 // rejection reads too, so Python refuses such a tile first.
 constexpr int kAccumulatorRegisterBudget = arch_limits::sm90a::kAccumulatorRegisterBudget;
+
+// Promoted FP8: the whole-tile mainloop (0), the N-sliced one (its slice width) or neither (-1),
+// by kernel/promotion_rule.hpp's rule over archs.py's two register budgets.
+template <class TileShape, bool Coop>
+constexpr int promoted_slice_n() {
+  return promotion::slice_n(cute::size<0>(TileShape{}), cute::size<1>(TileShape{}), cute::size<2>(TileShape{}), Coop,
+                            kAccumulatorRegisterBudget, arch_limits::sm90a::kSlicedPromotionRegisterBudget);
+}
 
 // tag -> selector -> CUTLASS kernel schedule of the mainloop collective, one per (style,
 // accumulation). The plain schedules serve 16-bit operands and, with FP8 operands, select
@@ -119,10 +124,11 @@ struct Sm90Gemm {
                 "split-K: the decode kernels' partial units skip a predicated epilogue (TmaStore = false); "
                 "stream-K keeps the TMA store (its roles step the epilogue states past a partial piece)");
   static constexpr bool kPromotedFp8 = kFp8 && std::is_same_v<Accum, AccumPromoted>;
-  static_assert(!kPromotedFp8 || 3 * sm90_detail::accumulator_registers<TileShape, kCooperative>() <=
-                                     sm90_detail::kAccumulatorRegisterBudget,
+  static constexpr int kPromotedSliceN = sm90_detail::promoted_slice_n<TileShape, kCooperative>();
+  static_assert(!kPromotedFp8 || kPromotedSliceN >= 0,
                 "promoted FP8 accumulation holds an fp32 accumulator and two in-flight temporaries: 3 x the tile's "
-                "accumulator registers per consumer thread exceed the budget (use a smaller tile, or AccumFast)");
+                "accumulator registers per consumer thread exceed the budget, and the tile is not a 128-row "
+                "cooperative one whose N-sliced temporaries fit (use a smaller tile, or AccumFast)");
 
   using LayoutA = std::conditional_t<AKMajor, sm90_detail::RowMajor, sm90_detail::ColumnMajor>;
   using LayoutB = std::conditional_t<BKMajor, sm90_detail::ColumnMajor, sm90_detail::RowMajor>;
@@ -139,8 +145,17 @@ struct Sm90Gemm {
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB, LayoutB, kAlignB,
       float, TileShape, ClusterShape, StageCount, MainloopSchedule>::CollectiveOp;
-  using CollectiveMainloop = std::conditional_t<
-      kPromotedFp8, persistent_gemm::collective::Sm90Fp8OverlappedPromotionMma<BuiltMainloop>, BuiltMainloop>;
+  template <int SliceN, class = void>
+  struct PromotedMainloop {
+    using type = persistent_gemm::collective::Sm90Fp8SlicedPromotionMma<BuiltMainloop, SliceN>;
+  };
+  template <class Unused>
+  struct PromotedMainloop<0, Unused> {
+    using type = persistent_gemm::collective::Sm90Fp8OverlappedPromotionMma<BuiltMainloop>;
+  };
+  using CollectiveMainloop =
+      std::conditional_t<kPromotedFp8, typename PromotedMainloop<(kPromotedFp8 && kPromotedSliceN > 0 ? kPromotedSliceN : 0)>::type,
+                         BuiltMainloop>;
 
   using Kernel = Sm90GemmPersistent<CollectiveMainloop, CollectiveEpilogue, ScheduleTag, Style>;
   using Arguments = typename Kernel::Arguments;

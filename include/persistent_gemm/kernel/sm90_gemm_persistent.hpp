@@ -103,6 +103,13 @@ class Sm90GemmPersistent {
   template <class M>
   struct AccumulatorCopies<M, std::void_t<decltype(M::kAccumulatorCopies)>>
       : std::integral_constant<int, M::kAccumulatorCopies> {};
+  // ... or registers that are not whole accumulator copies (kExtraRegisters: the sliced
+  // promoting mainloop's slice temporaries and A fragments).
+  template <class M, class = void>
+  struct ExtraRegisters : std::integral_constant<int, 0> {};
+  template <class M>
+  struct ExtraRegisters<M, std::void_t<decltype(M::kExtraRegisters)>>
+      : std::integral_constant<int, M::kExtraRegisters> {};
   // A mainloop that needs the tile's coordinates in its consumer (the MX mainloop: where the
   // tile's rows sit inside their scale atoms) exposes set_tile(); CUTLASS's do not.
   template <class M, class C, class = void>
@@ -116,7 +123,8 @@ class Sm90GemmPersistent {
   }
 
   static constexpr int kAccRegsPerThread = AccumulatorCopies<CollectiveMainloop>::value * kTileM * kTileN /
-                                           int(kMmaThreads) * int(sizeof(ElementAccumulator)) / int(sizeof(uint32_t));
+                                               int(kMmaThreads) * int(sizeof(ElementAccumulator)) / int(sizeof(uint32_t)) +
+                                           ExtraRegisters<CollectiveMainloop>::value;
   static constexpr bool kHeavyRegisterPressure = kAccRegsPerThread >= 208;
   static constexpr uint32_t kLoadRegisters = kHeavyRegisterPressure ? 24 : 40;
   static constexpr uint32_t kMmaRegisters = kHeavyRegisterPressure ? 240 : 232;
