@@ -49,9 +49,10 @@ def test_accum_must_be_known():
 
 
 @pytest.mark.parametrize("tile,kernel,slice_n", [
-    ((128, 256, 128), "cooperative", 32),   # 128 + 2 x 16 (slice temporaries) + 16 (A) = 176; 64 wide: 208
-    ((128, 192, 128), "cooperative", 32),   # 3 slices of 64 is odd: 6 of 32, 96 + 32 + 16
-    ((128, 224, 128), "cooperative", 16),   # 7 slices of 32 is odd: 14 of 16, 112 + 16 + 16
+    ((128, 256, 128), "cooperative", 64),   # 128 + 2 x 32 (slice temporaries) + 16 (A) = 208
+    ((128, 256, 64), "cooperative", 64),
+    ((128, 192, 128), "cooperative", 32),   # 3 slices of 64 is odd: 6 of 32
+    ((128, 224, 128), "cooperative", 16),   # 7 slices of 32 is odd: 14 of 16
     ((128, 128, 128), "pingpong", -1),      # one WG owns the tile: 3 x 128, and no sliced ping-pong
     ((256, 128, 128), "cooperative", -1),   # 3 x 128; sliced tiles are 128 rows
     ((128, 208, 128), "cooperative", -1),   # 208 = 13 x 16: no even slice count
@@ -71,13 +72,13 @@ def test_promoted_register_budget(tile, kernel, slice_n):
 
 
 def test_sliced_promotion_takes_the_widest_slice_its_budget_allows():
-    # 128x256: the accumulator (128) + two 32-wide temporaries (2 x 16) + the K-tile's A fragment
-    # (16) = 176; 64-wide slices would hold 208.
-    assert 128 + sliced_promotion_extra_registers(32, 128) == 176
-    assert 128 + sliced_promotion_extra_registers(64, 128) == 208
+    # 128x256: the accumulator (128) + two 64-wide temporaries (2 x 32) + one A fragment of a
+    # 128-deep K-tile (16) = 208, the budget; two fragments (224) are not, 32-wide slices are
+    # narrower than needed. At K = 64 the fragments halve: two fit.
     budget = archs.ARCHS["sm90a"].limits.sliced_promotion_register_budget
-    cfg = KernelConfig(tile=(128, 256, 128), dtype="e4m3", schedule=pg.TileSchedule(swizzle=8, cluster=(2, 1)))
-    assert promoted_slice_n(cfg) == (64 if budget >= 208 else 32)
+    assert 128 + sliced_promotion_extra_registers(64, 128) == 208 <= budget
+    assert 128 + sliced_promotion_extra_registers(64, 128, double_a=True) == 224 > budget
+    assert 128 + sliced_promotion_extra_registers(64, 64, double_a=True) == 208
 
 
 def test_slice_rule_mirrors_the_cpp_header():
@@ -87,7 +88,7 @@ def test_slice_rule_mirrors_the_cpp_header():
     # The same candidates, in the same order, the same register sum, the same budgets.
     assert "constexpr int kWidths[] = {64, 32, 16};" in rule
     assert "(tile_n / slice) % 2 == 0" in rule and "if (!coop || tile_m != 128) return -1;" in rule
-    assert "return 2 * (64 * slice_n / 128) + 64 * tile_k / 128 / 4;" in rule
+    assert "return 2 * (64 * slice_n / 128) + (double_a ? 2 : 1) * (64 * tile_k / 128 / 4);" in rule
     builder = (root / "sm90_gemm_builder.hpp").read_text()
     assert "kAccumulatorRegisterBudget, arch_limits::sm90a::kSlicedPromotionRegisterBudget);" in builder
 

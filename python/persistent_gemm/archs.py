@@ -121,7 +121,7 @@ ARCHS: dict[str, ArchSpec] = {a.name: a for a in (
              min_nvcc=(12, 0), styles=("cooperative", "pingpong", "gemv"), default_style="cooperative",
              builder_header="sm90_gemm_builder", sm_count=132, part="H200", cost=_H200,
              fused_bias=True, validated_on_hardware=True,
-             limits=ArchLimits(smem_bytes=232448, accumulator_register_budget=192, sliced_promotion_register_budget=192,
+             limits=ArchLimits(smem_bytes=232448, accumulator_register_budget=192, sliced_promotion_register_budget=208,
                                mx_tile_k=128, mx_tile_n=0,
                                mx_epilogue_smem_bytes=0),
              plain_mma_n=(8, 16, 32, 64, 96, 128, 192, 256)),

@@ -89,11 +89,11 @@ def rejection(c) -> Optional[str]:
             return _sm100_mx(c)
     return None
 
-def sliced_promotion_extra_registers(slice_n: int, tile_k: int) -> int:
+def sliced_promotion_extra_registers(slice_n: int, tile_k: int, double_a: bool = False) -> int:
     """Registers the sliced promoting mainloop holds per consumer thread besides the accumulator:
-    two slice temporaries (64 x slice_n fp32 over 128 threads) and the K-tile's A fragment (64 x
-    tile_k e4m3 over 128 threads). Mirrors kernel/promotion_rule.hpp."""
-    return 2 * (64 * slice_n // 128) + 64 * tile_k // 128 // 4
+    two slice temporaries (64 x slice_n fp32 over 128 threads) and one or two A fragments of a
+    K-tile (64 x tile_k e4m3 over 128 threads). Mirrors kernel/promotion_rule.hpp."""
+    return 2 * (64 * slice_n // 128) + (2 if double_a else 1) * (64 * tile_k // 128 // 4)
 
 
 def promoted_slice_n(c) -> int:

@@ -2,17 +2,18 @@
 //
 // Sm90Fp8OverlappedPromotionMma keeps the fp32 accumulator and two whole-tile temporaries: 3 x
 // 128 registers per consumer thread at 128x256, past the budget. Here the temporaries cover one
-// N-slice of the tile at a time (SliceN columns, 16 or 32 registers): a K-tile is S = TileN /
-// SliceN wgmma batches, slice s into temporary s % 2, and while slice s runs the consumer adds
-// slice s-1's temporary into its columns of the accumulator. Every output element is still
-// promoted once per K-tile (tile_k = 128 e4m3), exactly as the whole-tile mainloop does: same
-// numerics, a wider tile.
+// N-slice of the tile at a time (SliceN columns): a K-tile is S = TileN / SliceN wgmma batches,
+// slice s into temporary s % 2, and while slice s runs the consumer adds slice s-1's temporary
+// into its columns of the accumulator. Every output element is still promoted once per K-tile,
+// as the whole-tile mainloop does: same numerics, a wider tile.
 //
 // A narrow SS wgmma re-reads A from shared memory for every slice: at m64n64k32 that is 128
 // B/clk, all of shared memory's read bandwidth (docs/design/sm90_fp8_promoted_wide_tile.md). So
-// A lives in registers (RS wgmma): it is loaded once per K-tile with ldmatrix and each slice
-// reads only its B columns from shared memory. Two A fragments alternate by K-tile, so the next
-// K-tile's load never overwrites registers the previous K-tile's last slice still reads.
+// A lives in registers (RS wgmma): ldmatrix loads it once per K-tile and each slice reads only
+// its B columns from shared memory. Where two A fragments fit the register budget (DoubleA) they
+// alternate by K-tile; where only one does, a K-tile's last slice reads A from shared memory
+// instead (SS), which frees the fragment for the next K-tile one slice early.
+// kernel/promotion_rule.hpp chooses SliceN and DoubleA.
 //
 // Composed, not copied: TMA loads, shared storage, pipeline and parameters are CUTLASS's FP8
 // collective (Base), inherited; this class replaces the TiledMma (RS atoms SliceN wide) and the
@@ -28,7 +29,7 @@
 
 namespace persistent_gemm::collective {
 
-template <class Base, int SliceN>
+template <class Base, int SliceN, bool DoubleA>
 struct Sm90Fp8SlicedPromotionMma : Base {
   using typename Base::MainloopPipeline;
   using typename Base::Params;
@@ -57,9 +58,10 @@ struct Sm90Fp8SlicedPromotionMma : Base {
   using TiledMma = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<ElementA, ElementB, float, SliceShape, cute::GMMA::Major::K, cute::GMMA::Major::K>(),
       WarpGroups{}));
-  // The last slice of a K-tile reads A from shared memory: then the next K-tile's A may be loaded
-  // into the (one) register fragment as soon as the second-to-last slice retires, while the last
-  // one still runs. Same C layout as the RS atom.
+  // Two A fragments alternate by K-tile where their registers fit (DoubleA): the next K-tile's
+  // load never overwrites registers the previous one's last slice reads. Otherwise the last slice
+  // of a K-tile reads A from shared memory (SS, same C layout), so the one fragment is free for
+  // the next K-tile as soon as the second-to-last slice retires.
   using TiledMmaSS = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<ElementA, ElementB, float, SliceShape, cute::GMMA::Major::K, cute::GMMA::Major::K>(),
       WarpGroups{}));
@@ -68,7 +70,7 @@ struct Sm90Fp8SlicedPromotionMma : Base {
 
   // The kernel reads these to size its register split.
   static constexpr int kAccumulatorCopies = 1;
-  static constexpr int kExtraRegisters = kernel::promotion::sliced_extra_registers(SliceN, kTileK);
+  static constexpr int kExtraRegisters = kernel::promotion::sliced_extra_registers(SliceN, kTileK, DoubleA);
 
   // Slice S of `stage` into `temp`, zero-initialised by its first k-block; returns at once.
   // frag_a: the K-tile's A in registers for the RS slices, the stage's descriptors for the last.
@@ -111,7 +113,7 @@ struct Sm90Fp8SlicedPromotionMma : Base {
     if constexpr (S < kSlices) {
       auto& temp = [&]() -> Temp& { if constexpr (S % 2 == 1) return t1; else return t0; }();
       auto& other = [&]() -> Temp& { if constexpr (S % 2 == 1) return t0; else return t1; }();
-      if constexpr (S == kSlices - 1)
+      if constexpr (S == kSlices - 1 && !DoubleA)
         issue<S>(mma_ss, temp, frag_a_smem, stage, frag_b, stage);
       else
         issue<S>(mma, temp, frag_a, 0, frag_b, stage);
@@ -139,37 +141,39 @@ struct Sm90Fp8SlicedPromotionMma : Base {
     Tensor tCsA = wg_mma_ss.make_fragment_A(wg_mma_ss.partition_A(sA));  // (MMA, 1, MMA_K, PIPE) descriptors
     auto thread_mma = tiled_mma.get_slice(thread_idx);
     Tensor tCrA = thread_mma.partition_fragment_A(sA(_, _, 0));           // (MMA, 1, MMA_K) registers
+    Tensor tCrA1 = make_fragment_like(tCrA);                              // DoubleA: odd K-tiles' A
     // ldmatrix: an 8x8 b16 matrix is 8 rows x 16 e4m3, lane l gets row l/4, bytes 4(l%4)..+3,
     // which is the RS fragment's (row, k 4q..4q+3) register.
     auto smem_copy_a = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, ElementA>{}, tiled_mma);
     auto thr_copy_a = smem_copy_a.get_thread_slice(thread_idx);
     Tensor tXsA = thr_copy_a.partition_S(sA);  // (CPY, CPY_M, CPY_K, PIPE)
     Tensor tXrA = thr_copy_a.retile_D(tCrA);
+    Tensor tXrA1 = thr_copy_a.retile_D(tCrA1);
 
     Tensor t0 = make_fragment_like(accum(_, 0, 0));
     Tensor t1 = make_fragment_like(accum(_, 0, 0));
     PipelineState smem_pipe_release = smem_pipe_read;
 
-    // One K-tile. On entry the previous K-tile's last slice (an SS wgmma, in t1: the slice count
-    // is even) is in flight when `pending`, every other batch has retired; on exit this K-tile's
-    // last slice is. A macro: nvcc did not inline a lambda of this size, and its fragments went
-    // to local memory.
-#define PGEMM_SLICED_K_TILE(pending)                                                              \
+    // One K-tile into the A fragment frag_a. On entry the previous K-tile's last slice (in t1:
+    // the slice count is even) is in flight when `pending`, every other batch has retired; on
+    // exit this K-tile's last slice is. A macro: nvcc did not inline a lambda of this size, and
+    // its fragments went to local memory.
+#define PGEMM_SLICED_K_TILE(frag_a, frag_a_copy, pending)                                         \
     {                                                                                             \
       pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));         \
       int const stage = smem_pipe_read.index();                                                   \
       ++smem_pipe_read;                                                                           \
-      copy(smem_copy_a, tXsA(_, _, _, stage), tXrA);                                              \
-      warpgroup_fence_operand(tCrA);                                                              \
-      issue<0>(tiled_mma, t0, tCrA, 0, tCrB, stage);                                              \
+      copy(smem_copy_a, tXsA(_, _, _, stage), frag_a_copy);                                       \
+      warpgroup_fence_operand(frag_a);                                                            \
+      issue<0>(tiled_mma, t0, frag_a, 0, tCrB, stage);                                            \
       if (pending) {                                                                              \
         warpgroup_wait<1>();                                                                      \
         promote<kSlices - 1>(accum, t1);                                                          \
         pipeline.consumer_release(smem_pipe_release); /* its last batch has retired */           \
         ++smem_pipe_release;                                                                      \
       }                                                                                           \
-      issue_rest<1>(tiled_mma, tiled_mma_ss, accum, t0, t1, tCrA, tCsA, tCrB, stage);             \
-      warpgroup_fence_operand(tCrA);                                                              \
+      issue_rest<1>(tiled_mma, tiled_mma_ss, accum, t0, t1, frag_a, tCsA, tCrB, stage);           \
+      warpgroup_fence_operand(frag_a);                                                            \
     }
     // Every exit drains the last slice itself, and the loop holds two K-tiles with an exit test
     // before each: with one exit after the loop, or one K-tile per iteration, ptxas serialized
@@ -183,13 +187,13 @@ struct Sm90Fp8SlicedPromotionMma : Base {
     }
 
     clear(accum);
-    PGEMM_SLICED_K_TILE(false);
+    PGEMM_SLICED_K_TILE(tCrA, tXrA, false);
     CUTLASS_PRAGMA_NO_UNROLL
     for (int k = 1;; k += 2) {
       if (k == k_tile_count) PGEMM_SLICED_DRAIN
-      PGEMM_SLICED_K_TILE(true);
+      if constexpr (DoubleA) PGEMM_SLICED_K_TILE(tCrA1, tXrA1, true) else PGEMM_SLICED_K_TILE(tCrA, tXrA, true)
       if (k + 1 == k_tile_count) PGEMM_SLICED_DRAIN
-      PGEMM_SLICED_K_TILE(true);
+      PGEMM_SLICED_K_TILE(tCrA, tXrA, true);
     }
 #undef PGEMM_SLICED_DRAIN
 #undef PGEMM_SLICED_K_TILE

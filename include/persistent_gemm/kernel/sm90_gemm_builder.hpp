@@ -64,12 +64,12 @@ using ColumnMajor = cutlass::layout::ColumnMajor;
 // rejection reads too, so Python refuses such a tile first.
 constexpr int kAccumulatorRegisterBudget = arch_limits::sm90a::kAccumulatorRegisterBudget;
 
-// Promoted FP8: the whole-tile mainloop (0), the N-sliced one (its slice width) or neither (-1),
-// by kernel/promotion_rule.hpp's rule over archs.py's two register budgets.
+// Promoted FP8: the whole-tile mainloop (0), the N-sliced one (slice width x 2 + two A fragments)
+// or neither (-1), by kernel/promotion_rule.hpp's rule over archs.py's two register budgets.
 template <class TileShape, bool Coop>
-constexpr int promoted_slice_n() {
-  return promotion::slice_n(cute::size<0>(TileShape{}), cute::size<1>(TileShape{}), cute::size<2>(TileShape{}), Coop,
-                            kAccumulatorRegisterBudget, arch_limits::sm90a::kSlicedPromotionRegisterBudget);
+constexpr int promoted_choice() {
+  return promotion::choice(cute::size<0>(TileShape{}), cute::size<1>(TileShape{}), cute::size<2>(TileShape{}), Coop,
+                           kAccumulatorRegisterBudget, arch_limits::sm90a::kSlicedPromotionRegisterBudget);
 }
 
 // tag -> selector -> CUTLASS kernel schedule of the mainloop collective, one per (style,
@@ -124,8 +124,8 @@ struct Sm90Gemm {
                 "split-K: the decode kernels' partial units skip a predicated epilogue (TmaStore = false); "
                 "stream-K keeps the TMA store (its roles step the epilogue states past a partial piece)");
   static constexpr bool kPromotedFp8 = kFp8 && std::is_same_v<Accum, AccumPromoted>;
-  static constexpr int kPromotedSliceN = sm90_detail::promoted_slice_n<TileShape, kCooperative>();
-  static_assert(!kPromotedFp8 || kPromotedSliceN >= 0,
+  static constexpr int kPromotedChoice = sm90_detail::promoted_choice<TileShape, kCooperative>();
+  static_assert(!kPromotedFp8 || kPromotedChoice >= 0,
                 "promoted FP8 accumulation holds an fp32 accumulator and two in-flight temporaries: 3 x the tile's "
                 "accumulator registers per consumer thread exceed the budget, and the tile is not a 128-row "
                 "cooperative one whose N-sliced temporaries fit (use a smaller tile, or AccumFast)");
@@ -145,16 +145,16 @@ struct Sm90Gemm {
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB, LayoutB, kAlignB,
       float, TileShape, ClusterShape, StageCount, MainloopSchedule>::CollectiveOp;
-  template <int SliceN, class = void>
+  template <int Choice, class = void>
   struct PromotedMainloop {
-    using type = persistent_gemm::collective::Sm90Fp8SlicedPromotionMma<BuiltMainloop, SliceN>;
+    using type = persistent_gemm::collective::Sm90Fp8SlicedPromotionMma<BuiltMainloop, Choice / 2, Choice % 2 == 1>;
   };
   template <class Unused>
   struct PromotedMainloop<0, Unused> {
     using type = persistent_gemm::collective::Sm90Fp8OverlappedPromotionMma<BuiltMainloop>;
   };
   using CollectiveMainloop =
-      std::conditional_t<kPromotedFp8, typename PromotedMainloop<(kPromotedFp8 && kPromotedSliceN > 0 ? kPromotedSliceN : 0)>::type,
+      std::conditional_t<kPromotedFp8, typename PromotedMainloop<(kPromotedFp8 && kPromotedChoice > 0 ? kPromotedChoice : 0)>::type,
                          BuiltMainloop>;
 
   using Kernel = Sm90GemmPersistent<CollectiveMainloop, CollectiveEpilogue, ScheduleTag, Style>;
