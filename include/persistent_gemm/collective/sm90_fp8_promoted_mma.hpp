@@ -88,6 +88,12 @@ struct Sm90Fp8OverlappedPromotionMma : Base {
       ++smem_pipe_release;
     };
 
+    // The last K-tile in flight in `temp`: retire it, add it, and leave.
+    auto drain = [&](auto& temp) {
+      warpgroup_wait<0>();
+      promote(temp);
+    };
+
     clear(accum);
     // Both temporaries are issued before the first wait, and the one-K-tile case branches off
     // before any wgmma is in flight. With the loop's entry test between the first two issues,
@@ -95,9 +101,7 @@ struct Sm90Fp8OverlappedPromotionMma : Base {
     // alone, with nothing queued behind it.
     if (k_tile_count < 2) {
       issue(temp0);
-      warpgroup_wait<0>();
-      promote(temp0);
-      return;
+      return drain(temp0);
     }
     issue(temp0);
     issue(temp1);
@@ -107,19 +111,11 @@ struct Sm90Fp8OverlappedPromotionMma : Base {
     for (int k_tile = 2;; k_tile += 2) {
       warpgroup_wait<1>();
       promote(temp0);
-      if (k_tile == k_tile_count) {
-        warpgroup_wait<0>();
-        promote(temp1);
-        return;
-      }
+      if (k_tile == k_tile_count) return drain(temp1);
       issue(temp0);
       warpgroup_wait<1>();
       promote(temp1);
-      if (k_tile + 1 == k_tile_count) {
-        warpgroup_wait<0>();
-        promote(temp0);
-        return;
-      }
+      if (k_tile + 1 == k_tile_count) return drain(temp0);
       issue(temp1);
     }
   }
