@@ -139,7 +139,6 @@ def test_sm90a_mx_decode_gemv_streams_by_tma_and_reads_shared_memory_with_lds():
         assert not re.search(r"\bLD\.E\b", body), f"{name}: generic loads (a shared pointer lost its space)"
 
 
-
 def test_sm90a_promoted_fp8_kernels_keep_a_wgmma_in_flight_while_promoting():
     """The promoting FP8 mainloops add a retired temporary into the accumulator while the next
     wgmma batch runs (warpgroup.wait 1). ptxas silently serializes every wgmma of a kernel

@@ -97,8 +97,8 @@ def sliced_promotion_extra_registers(slice_n: int, tile_k: int, double_a: bool =
 
 
 def promoted_slice_n(c) -> int:
-    """Which promoting mainloop an sm90a e4m3 promoted config gets (mirrors slice_n() in
-    kernel/promotion_rule.hpp): 0, the whole-tile one (fp32 accumulator + two whole-tile
+    """Which promoting mainloop an sm90a e4m3 promoted config gets (mirrors choice() in
+    kernel/promotion_rule.hpp, less its one-or-two A fragments): 0, the whole-tile one (fp32 accumulator + two whole-tile
     temporaries fit the accumulator budget); a slice width, the N-sliced one (128-row cooperative
     tiles: the widest of 64, 32, 16 columns, an even count of them, whose registers fit the
     sliced budget); -1, neither."""

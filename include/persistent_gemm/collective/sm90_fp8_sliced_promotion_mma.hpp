@@ -68,8 +68,7 @@ struct Sm90Fp8SlicedPromotionMma : Base {
   static_assert(cute::size<1>(typename TiledMma::AtomShape_MNK{}) == SliceN, "rs_op_selector chose another N");
   static_assert(cute::size<1>(typename TiledMmaSS::AtomShape_MNK{}) == SliceN, "ss_op_selector chose another N");
 
-  // The kernel reads these to size its register split.
-  static constexpr int kAccumulatorCopies = 1;
+  // Registers besides the one accumulator: the kernel reads this to size its register split.
   static constexpr int kExtraRegisters = kernel::promotion::sliced_extra_registers(SliceN, kTileK, DoubleA);
 
   // Slice S of `stage` into `temp`, zero-initialised by its first k-block; returns at once.

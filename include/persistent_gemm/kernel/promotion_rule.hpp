@@ -1,7 +1,7 @@
 // Which promoting FP8 mainloop an SM90 tile gets, and the registers it holds: one rule for the
-// builder (sm90_gemm_builder.hpp), the sliced mainloop and the cost model; config_rules.py's
-// promoted_slice_n() mirrors it (test_accum checks the two agree). No CUTLASS here: host code
-// includes it too.
+// builder (sm90_gemm_builder.hpp) and the sliced mainloop, which sizes the kernel's register
+// split by it; config_rules.py's promoted_slice_n() mirrors it (test_accum checks the two agree).
+// No CUTLASS here.
 #pragma once
 
 namespace persistent_gemm::kernel::promotion {

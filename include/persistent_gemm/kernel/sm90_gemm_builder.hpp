@@ -12,8 +12,9 @@
 //           partial sums into an fp32 accumulator (torch._scaled_mm's default accuracy) without
 //           draining the wgmma queue (collective/sm90_fp8_promoted_mma.hpp, over CUTLASS's FP8
 //           collective; tiles too wide for its registers promote N-slices in turn,
-//           sm90_fp8_sliced_promotion_mma.hpp); AccumFast keeps them in the tensor core's reduced-precision accumulator
-//           for the whole K loop (use_fast_accum=True), whose error grows with K.
+//           sm90_fp8_sliced_promotion_mma.hpp); AccumFast keeps them in the tensor core's
+//           reduced-precision accumulator for the whole K loop (use_fast_accum=True), whose
+//           error grows with K.
 // Epilogue: TmaStore  -> CUTLASS TMA warp-specialized epilogue with an EVT for the scale;
 //                        needs a 16 B aligned D pointer, ldd AND N (a TMA store writes whole
 //                        16 B chunks at the N edge); otherwise use the !TmaStore variant.
@@ -145,17 +146,20 @@ struct Sm90Gemm {
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlignA, ElementB, LayoutB, kAlignB,
       float, TileShape, ClusterShape, StageCount, MainloopSchedule>::CollectiveOp;
+  // By kPromotedChoice, or -1 where nothing is promoted (16-bit operands, fast accumulation).
   template <int Choice, class = void>
-  struct PromotedMainloop {
+  struct MainloopFor {
     using type = persistent_gemm::collective::Sm90Fp8SlicedPromotionMma<BuiltMainloop, Choice / 2, Choice % 2 == 1>;
   };
   template <class Unused>
-  struct PromotedMainloop<0, Unused> {
+  struct MainloopFor<0, Unused> {
     using type = persistent_gemm::collective::Sm90Fp8OverlappedPromotionMma<BuiltMainloop>;
   };
-  using CollectiveMainloop =
-      std::conditional_t<kPromotedFp8, typename PromotedMainloop<(kPromotedFp8 && kPromotedChoice > 0 ? kPromotedChoice : 0)>::type,
-                         BuiltMainloop>;
+  template <class Unused>
+  struct MainloopFor<-1, Unused> {
+    using type = BuiltMainloop;
+  };
+  using CollectiveMainloop = typename MainloopFor<kPromotedFp8 ? kPromotedChoice : -1>::type;
 
   using Kernel = Sm90GemmPersistent<CollectiveMainloop, CollectiveEpilogue, ScheduleTag, Style>;
   using Arguments = typename Kernel::Arguments;
