@@ -2,7 +2,7 @@
 markdown table of (shape, chosen, best measured, ratio), the check issue 27 asks for
 (tests/test_cost_model_choice.py holds the model to the same file).
 
-    python benchmarks/choice_table.py benchmarks/results/issue27/h200_kt_sweep.csv [--sm-count 132]
+    python benchmarks/choice_table.py tests/data/h200_issue27_suite_sweep_kernel_time.csv [--sm-count 132]
 """
 
 from __future__ import annotations

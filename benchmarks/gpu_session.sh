@@ -120,11 +120,11 @@ case "${1:-}" in
     sanitize_three tiles --match "${MATCH:?MATCH=config regex}"
     ;;
   fitted)
-    # Issue 27's fitted tiles: the not-built configs of benchmarks/results/issue27/fitted_extras.txt
+    # Issue 27's fitted tiles: the not-built configs of tests/data/issue27_fitted_configs.txt (or EXTRAS=file)
     # JIT-compiled and swept beside every built config and the peer on the ragged rows, kernel time.
     shift
     python3 benchmarks/bench_mm.py --out "$OUT/h200_fitted" --kernel-time --sweep \
-      --configs "$(cat ${EXTRAS:-benchmarks/results/issue27/fitted_extras.txt})" \
+      --configs "$(cat ${EXTRAS:-tests/data/issue27_fitted_configs.txt})" \
       --shapes "${SHAPES:-257x4096x4096,1000x3000x5000,2048x2048x2048,128x28672x8192}" "$@" 2>&1 \
       | tee "$OUT/fitted.log" | grep -vE "^(sweep|  )" | tail -12; grep -E "^sweep" "$OUT/fitted.log" | sed 's/  */ /g; s/^sweep //' 
     ;;

@@ -2,7 +2,8 @@
 sweep (bench_mm.py --sweep --kernel-time: every built bf16 and e4m3 config forced, kernel time),
 the config the dispatcher picks now must run within 3% of the fastest one measured, but for the
 rows named below with the reason the model misses them. Asked without a GPU: the same C++
-the ops run, against the numbers in the file (benchmarks/choice_table.py prints the table)."""
+the ops run, against the numbers in the file (benchmarks/choice_table.py prints the table). The
+sweeps are kept byte for byte in tests/data/ (tests/data/README.md says where each came from)."""
 
 import csv
 import math
@@ -13,18 +14,18 @@ import pytest
 import persistent_gemm as pg
 from persistent_gemm.explain import choice_table
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "issue27"
-SWEEP = RESULTS / "h200_kt_sweep.csv"
+DATA = Path(__file__).resolve().parent / "data"
+SWEEP = DATA / "h200_issue27_suite_sweep_kernel_time.csv"
 
 #: Configs registered after the H200 sweep, with the sweep that timed each. Where the model picks
 #: one, the row is checked there instead: an H100 sweep (no H200 was lent) that timed it in one
 #: process beside the config the H200 sweep found fastest on that shape, which the pick must not
 #: trail by more than 3% either.
-LATER = {**{name: RESULTS / "h100_s11" / "h100_split_swap_fitted_sweep.csv"
+LATER = {**{name: DATA / "h100_stop38_swapab_128x144_sweep_kernel_time.csv"
             for name in ("sm90a_bf16_128x144x64_c1x2_sw1_row_sk2_coop_swapab",
                          "sm90a_e4m3_128x144x128_c1x2_sw1_row_sk2_coop_swapab_fastacc",
                          "sm90a_e4m3_128x96x128_c1x2_sw1_row_coop_swapab")},
-         "sm90a_bf16_128x208x64_c4x1_sw8_row_coop": RESULTS / "h100_s12" / "h100_next_fitted_sweep.csv"}
+         "sm90a_bf16_128x208x64_c4x1_sw8_row_coop": DATA / "h100_stop39_ragged_tiles_sweep_kernel_time.csv"}
 
 #: Rows the model is known to miss by more than 3%, with the measured ratio it must not exceed.
 KNOWN_MISSES = {
