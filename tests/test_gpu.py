@@ -7,6 +7,8 @@ never writes shows up as NaN. scaled_mm is in test_gpu_scaled_mm.py; samples, op
 compile, autograd, empty extents, streams and graphs in test_gpu_ops.py.
 """
 
+import dataclasses
+
 import pytest
 import torch
 from conftest import (
@@ -26,7 +28,9 @@ from conftest import (
 )
 
 import persistent_gemm as pg
+from persistent_gemm import jit
 from persistent_gemm.catalogue import CATALOGUE, parse_name
+from persistent_gemm.kernel_config import ConfigError
 
 pytestmark = pytest.mark.gpu
 
@@ -133,10 +137,20 @@ def test_readme_forced_config_example():
     run_mm(a, b, torch.float32, config=name)
 
 
-def test_unbuilt_or_unknown_config_lists_available():
+def test_unknown_and_unbuilt_configs_say_which(monkeypatch):
+    """An invalid name is unknown and points at the catalogue; a valid canonical name that this
+    process cannot run yet (neither built nor JIT-loaded) is "valid but not built" when the JIT,
+    which would otherwise compile it (test_gpu_jit.py), is off."""
     a, b = randn(64, 64, device=CUDA), randn(64, 64, device=CUDA)
-    with pytest.raises(ValueError, match="(?s)unknown config.*the catalogue has"):
+    with pytest.raises(ConfigError, match="(?s)unknown config 'sm90a_bf16_1x1x1'.*the catalogue has"):
         pg.mm(a, b, config="sm90a_bf16_1x1x1")
+    base = next(c for c in CATALOGUE if c.arch == ARCH and c.dtype == "bf16" and c.kernel != "gemv")
+    registered = jit.registered_configs()
+    respun = (dataclasses.replace(base, schedule=base.schedule.replace(swizzle=s)) for s in range(1, 17))
+    unbuilt = next(c for c in respun if c.name not in registered and not c.kernel_rejection())
+    monkeypatch.setenv(jit.JIT_ENV, "0")
+    with pytest.raises(jit.KernelNotBuiltError, match=f"(?s)config {unbuilt.name} is valid but not built.*PGEMM_JIT=0"):
+        pg.mm(a, b, config=unbuilt.name)
 
 
 # -- strided and broadcast operands ----------------------------------------------------------------
