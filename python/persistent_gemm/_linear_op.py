@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from ._ops import _LIB, _check_2d, _check_devices, _check_quantizer_input, _out, _result
+from .quant import _rowwise_e4m3_reference, quantize_mxfp8_reference
 
 _LINEAR_FORMATS = ("fp8_rowwise", "mxfp8", "fp8_fp4")
 
@@ -17,11 +18,7 @@ def _linear_parts(format, rule):
     torch._check(format in _LINEAR_FORMATS,
                  lambda: f"quantized_linear: format must be one of {_LINEAR_FORMATS}, got {format!r}")
     if format == "fp8_rowwise":
-        from .nn import _rowwise_e4m3_reference
-
         return _rowwise_e4m3_reference, torch.ops.persistent_gemm.scaled_mm.default
-    from .quant import quantize_mxfp8_reference
-
     op = torch.ops.persistent_gemm.mxfp8_mm if format == "mxfp8" else torch.ops.persistent_gemm.fp8_fp4_mm
     return (lambda x: quantize_mxfp8_reference(x, rule=rule)), op.default
 

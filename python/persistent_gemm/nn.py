@@ -44,7 +44,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from .quant import _NATIVE_DTYPES, MX_BLOCK, RULES, quantize_mxfp4, quantize_mxfp8
+from .quant import _NATIVE_DTYPES, MX_BLOCK, RULES, _rowwise_e4m3_reference, quantize_mxfp4, quantize_mxfp8
 from .scale_layout import to_blocked
 
 __all__ = ["FORMATS", "QuantConfig", "Linear", "quantize_"]
@@ -57,9 +57,6 @@ _WEIGHT_ONLY = {"mxfp8_weight_only": "mxfp8", "mxfp4_weight_only": "fp8_fp4"}
 _FORMAT_OP = {"bf16": ("mm", "bf16"), "fp8_rowwise": ("scaled_mm", "e4m3"), "mxfp8": ("mxfp8_mm", "mxfp8"),
               "fp8_fp4": ("fp8_fp4_mm", "e4m3xe2m1"), "mxfp8_weight_only": ("weight_only_mm", "bf16xe4m3"),
               "mxfp4_weight_only": ("weight_only_mm", "bf16xe2m1")}
-_E4M3_MAX = 448.0
-#: float32 amax floor of the rowwise scales, so an all-zero row gets a finite scale.
-_TINY = 1e-12
 
 
 @dataclass(frozen=True)
@@ -104,13 +101,6 @@ def _rowwise_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 # nn is imported after the extension registered its ops (persistent_gemm/__init__.py).
 _ROWWISE_OP = hasattr(torch.ops.persistent_gemm, "quantize_rowwise_e4m3")
-
-
-def _rowwise_e4m3_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_rowwise_e4m3` in torch ops (the CPU path and the GPU kernel's yardstick)."""
-    x32 = x.float()
-    scale = x32.abs().amax(dim=-1, keepdim=True).clamp(min=_TINY) / _E4M3_MAX
-    return (x32 / scale).clamp(-_E4M3_MAX, _E4M3_MAX).to(torch.float8_e4m3fn), scale
 
 
 def _quantized_weight(w: torch.Tensor, qconfig: QuantConfig) -> dict:

@@ -302,6 +302,19 @@ def quantize_mxfp8_reference(x: torch.Tensor, block: int = MX_BLOCK, *,
     return data, code.view(torch.float8_e8m0fnu)
 
 
+#: float32 amax floor of the rowwise e4m3 scales, so an all-zero row gets a finite scale.
+_ROWWISE_TINY = 1e-12
+
+
+def _rowwise_e4m3_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, K) -> e4m3 data and a (rows, 1) float32 scale, amax per row to 448: the fp8_rowwise
+    Linear's activation quantizer (``persistent_gemm.nn._rowwise_e4m3``) in torch ops, its CPU
+    path and the yardstick of its CUDA kernel (the ``quantize_rowwise_e4m3`` op)."""
+    x32 = x.float()
+    scale = x32.abs().amax(dim=-1, keepdim=True).clamp(min=_ROWWISE_TINY) / E4M3_MAX
+    return (x32 / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), scale
+
+
 def quantize_mxfp4(x: torch.Tensor, block: int = MX_BLOCK, *, rule: str = "floor") -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize to MXFP4: e2m1 elements packed two per byte, one e8m0 scale per block.
 
