@@ -34,7 +34,7 @@
 #include "cutlass/pipeline/pipeline.hpp"
 
 #include "persistent_gemm/collective/mx_block_scales.hpp"
-#include "persistent_gemm/collective/sm90_mx_block_scaled_mma.hpp"  // MxOperandE4m3 / MxOperandE2m1
+#include "persistent_gemm/collective/sm90_mx_tma_operands.hpp"
 #include "persistent_gemm/collective/sm90_mx_wgmma.hpp"
 
 namespace persistent_gemm::collective {
@@ -89,7 +89,7 @@ struct Sm90MxBf16Mma : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileSh
   struct TensorStorage : cute::aligned_struct<128, cute::_0> {
     cute::array_aligned<ElementXStorage, cute::cosize_v<SmemLayoutA>> smem_A;
     cute::array_aligned<ElementB, cute::cosize_v<SmemLayoutB>> smem_B;
-    alignas(128) uint8_t sf_x[Stages][mx_detail::kAtomBytes];  // the band's atom of this K-tile's column
+    alignas(128) uint8_t sf_x[Stages][mx_blocked::kAtomBytes];  // the band's atom of this K-tile's column
   };
   using MainloopPipeline = cutlass::PipelineTmaAsync<Stages>;
   using PipelineState = cutlass::PipelineState<Stages>;
@@ -98,7 +98,7 @@ struct Sm90MxBf16Mma : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileSh
   static constexpr int kAccumulatorCopies = 1;
 
   static constexpr uint32_t TmaTransactionBytes =
-      uint32_t(kTileM * kXBytesPerRow + kTileN * bf16_route::kTileK * 2 + mx_detail::kAtomBytes);
+      uint32_t(kTileM * kXBytesPerRow + kTileN * bf16_route::kTileK * 2 + mx_blocked::kAtomBytes);
 
   // ---- TMA ---------------------------------------------------------------------------------------
   using TmaOperands = mx_detail::Sm90MxTmaOperands<ClusterShape, TileShape, kXBytesPerRow, SmemLayoutA, SmemLayoutB, StrideA>;
@@ -137,11 +137,11 @@ struct Sm90MxBf16Mma : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileSh
   // stored); K-tile kt reads half of atom column kt / 2, the whole atom is copied.
   template <class MCoord, class NCoord>
   CUTLASS_DEVICE static auto scale_copies(Params const& params, TensorStorage& shared, MCoord m_coord, NCoord) {
-    int const band = max(min(int(m_coord) * kTileM / mx_detail::kAtomRows, params.bands_x - 1), 0);
-    uint8_t const* sfx = params.sf_x + int64_t(band) * params.atom_cols * mx_detail::kAtomBytes;
+    int const band = max(min(int(m_coord) * kTileM / mx_blocked::kAtomRows, params.bands_x - 1), 0);
+    uint8_t const* sfx = params.sf_x + int64_t(band) * params.atom_cols * mx_blocked::kAtomBytes;
     return [=, &shared](auto* bar, int stage, int kt) {
-      cute::SM90_BULK_COPY_G2S::copy(sfx + int64_t(kt / 2) * mx_detail::kAtomBytes, bar, shared.sf_x[stage],
-                                     mx_detail::kAtomBytes);
+      cute::SM90_BULK_COPY_G2S::copy(sfx + int64_t(kt / 2) * mx_blocked::kAtomBytes, bar, shared.sf_x[stage],
+                                     mx_blocked::kAtomBytes);
     };
   }
 
@@ -177,7 +177,7 @@ struct Sm90MxBf16Mma : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileSh
     for (int v1 = 0; v1 < 2; ++v1) {
       int const r = fragment_row(thread_idx, v1);
       uint32_t const codes =
-          *reinterpret_cast<uint32_t const*>(shared.sf_x[stage] + mx_detail::atom_offset((tile_m_off_ + r) % 128));
+          *reinterpret_cast<uint32_t const*>(shared.sf_x[stage] + mx_blocked::atom_offset((tile_m_off_ + r) % 128));
       uint8_t const* row = base + r * kXBytesPerRow;
       uint32_t const swz = (cute::cast_smem_ptr_to_uint(row) >> 7) & kXSwizzleMask;
       CUTLASS_PRAGMA_UNROLL
@@ -229,7 +229,7 @@ struct Sm90MxBf16Mma : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileSh
     CUTLASS_PRAGMA_UNROLL
     for (int v1 = 0; v1 < 2; ++v1)
       row_ref_[v1] = int(__float_as_uint(__ldg(params.ref_x + min(tile_row0_ + fragment_row(thread_idx, v1),
-                                                               params.bands_x * mx_detail::kAtomRows - 1))) >> 23);
+                                                               params.bands_x * mx_blocked::kAtomRows - 1))) >> 23);
 
     PipelineState smem_pipe_release = smem_pipe_read;
     int kt = 0;

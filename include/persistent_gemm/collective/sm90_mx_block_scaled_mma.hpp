@@ -60,11 +60,6 @@
 
 namespace persistent_gemm::collective {
 
-// Element tags of the X operand.
-struct MxOperandE4m3 {};
-struct MxOperandE2m1 {};
-struct MxOperandE2m1Fold {};
-
 namespace mx_fold_detail {
 // The fold's per-stage shared memory (per row and block its conversion LUT; per strip and block
 // whether it folds); empty for the other operands, so their storage does not change. It is the
@@ -152,8 +147,8 @@ struct Sm90MxBlockScaledMma
   struct TensorStorage : cute::aligned_struct<128, cute::_0>, mx_fold_detail::FoldStorage<kFold, Stages, kTileM> {
     cute::array_aligned<ElementXStorage, cute::cosize_v<SmemLayoutA>> smem_A;
     cute::array_aligned<ElementB, cute::cosize_v<SmemLayoutB>> smem_B;
-    alignas(128) uint8_t sf_x[Stages][kAtomsX * mx_detail::kAtomBytes];
-    alignas(128) uint8_t sf_y[Stages][kAtomsY * mx_detail::kAtomBytes];
+    alignas(128) uint8_t sf_x[Stages][kAtomsX * mx_blocked::kAtomBytes];
+    alignas(128) uint8_t sf_y[Stages][kAtomsY * mx_blocked::kAtomBytes];
     alignas(16) float sf_f32[Stages][kScaleFloats];
   };
   using MainloopPipeline = cutlass::PipelineTmaAsync<Stages>;
@@ -163,7 +158,7 @@ struct Sm90MxBlockScaledMma
   // Accumulator-sized register sets a consumer holds (the kernel's register split reads it).
   static constexpr int kAccumulatorCopies = kPerKTile ? 1 + 4 * mx_detail::kBlocksPerTile : 3;
 
-  static constexpr uint32_t kScaleBytes = uint32_t(kAtomsX + kAtomsY) * mx_detail::kAtomBytes;
+  static constexpr uint32_t kScaleBytes = uint32_t(kAtomsX + kAtomsY) * mx_blocked::kAtomBytes;
   static constexpr uint32_t TmaTransactionBytes =
       uint32_t(kTileM * kXBytesPerRow + kTileN * mx_detail::kTileK) + kScaleBytes;
 
@@ -202,20 +197,20 @@ struct Sm90MxBlockScaledMma
   // results are never stored), then one atom per K-tile.
   template <class MCoord, class NCoord>
   CUTLASS_DEVICE static auto scale_copies(Params const& params, TensorStorage& shared, MCoord m_coord, NCoord n_coord) {
-    int const band_x = min(int(m_coord) * kTileM / mx_detail::kAtomRows, params.bands_x - kAtomsX);
-    int const band_y = min(int(n_coord) * kTileN / mx_detail::kAtomRows, params.bands_y - kAtomsY);
-    uint8_t const* sfx = params.sf_x + int64_t(max(band_x, 0)) * params.k_tiles * mx_detail::kAtomBytes;
-    uint8_t const* sfy = params.sf_y + int64_t(max(band_y, 0)) * params.k_tiles * mx_detail::kAtomBytes;
-    int64_t const band_stride = int64_t(params.k_tiles) * mx_detail::kAtomBytes;
+    int const band_x = min(int(m_coord) * kTileM / mx_blocked::kAtomRows, params.bands_x - kAtomsX);
+    int const band_y = min(int(n_coord) * kTileN / mx_blocked::kAtomRows, params.bands_y - kAtomsY);
+    uint8_t const* sfx = params.sf_x + int64_t(max(band_x, 0)) * params.k_tiles * mx_blocked::kAtomBytes;
+    uint8_t const* sfy = params.sf_y + int64_t(max(band_y, 0)) * params.k_tiles * mx_blocked::kAtomBytes;
+    int64_t const band_stride = int64_t(params.k_tiles) * mx_blocked::kAtomBytes;
     return [=, &shared](auto* bar, int stage, int kt) {
       CUTLASS_PRAGMA_UNROLL
       for (int a = 0; a < kAtomsX; ++a)
-        cute::SM90_BULK_COPY_G2S::copy(sfx + a * band_stride + int64_t(kt) * mx_detail::kAtomBytes, bar,
-                                       shared.sf_x[stage] + a * mx_detail::kAtomBytes, mx_detail::kAtomBytes);
+        cute::SM90_BULK_COPY_G2S::copy(sfx + a * band_stride + int64_t(kt) * mx_blocked::kAtomBytes, bar,
+                                       shared.sf_x[stage] + a * mx_blocked::kAtomBytes, mx_blocked::kAtomBytes);
       CUTLASS_PRAGMA_UNROLL
       for (int a = 0; a < kAtomsY; ++a)
-        cute::SM90_BULK_COPY_G2S::copy(sfy + a * band_stride + int64_t(kt) * mx_detail::kAtomBytes, bar,
-                                       shared.sf_y[stage] + a * mx_detail::kAtomBytes, mx_detail::kAtomBytes);
+        cute::SM90_BULK_COPY_G2S::copy(sfy + a * band_stride + int64_t(kt) * mx_blocked::kAtomBytes, bar,
+                                       shared.sf_y[stage] + a * mx_blocked::kAtomBytes, mx_blocked::kAtomBytes);
     };
   }
 

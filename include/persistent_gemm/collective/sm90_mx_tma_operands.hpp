@@ -15,6 +15,16 @@
 
 #include "persistent_gemm/collective/mx_block_scales.hpp"  // kBlockK
 
+namespace persistent_gemm::collective {
+
+// What X (the MMA's A side) holds, for the mainloops and their builders: e4m3 bytes, packed e2m1
+// converted in registers, or packed e2m1 with its block scale folded into that conversion.
+struct MxOperandE4m3 {};
+struct MxOperandE2m1 {};
+struct MxOperandE2m1Fold {};
+
+}  // namespace persistent_gemm::collective
+
 namespace persistent_gemm::collective::mx_detail {
 
 // TileShape (BLK_M, BLK_N, BLK_K) of the MMA; X's tile is XBytesPerRow bytes deep (packed e2m1

@@ -26,10 +26,10 @@
 #include "persistent_gemm/epilogue/sm90_predicated_epilogue.hpp"
 #include "persistent_gemm/host/mx_bf16_prepass.cuh"
 #include "persistent_gemm/kernel/activation_tags.hpp"
+#include "persistent_gemm/kernel/builder_common.hpp"
 #include "persistent_gemm/kernel/builder_spec.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
-#include "persistent_gemm/kernel/sm90_mx_gemm_builder.hpp"  // sm90_mx_detail's shared-memory budget
 #include "persistent_gemm/registry.h"
 
 namespace persistent_gemm::kernel {
@@ -41,12 +41,6 @@ constexpr int stage_bytes() {
   constexpr int tm = cute::size<0>(TileShape{}), tn = cute::size<1>(TileShape{});
   constexpr int x_row = std::is_same_v<OperandX, collective::MxOperandE2m1> ? 32 : 64;
   return tm * x_row + tn * 128 + 512 + 16 /* full/empty barriers */;
-}
-
-template <class OperandX, class TileShape>
-constexpr int auto_stages() {
-  int s = (sm90_mx_detail::kSmemBytes - sm90_mx_detail::kKernelCarveout) / stage_bytes<OperandX, TileShape>();
-  return s > sm90_mx_detail::kMaxStages ? sm90_mx_detail::kMaxStages : s;
 }
 
 // GemmArgs::workspace: [weight refs][token refs][bf16 activations], each 256 B aligned.
@@ -83,7 +77,8 @@ struct Sm90MxBf16Gemm {
   static_assert(!ScheduleTag::ReducesK, "the MX bf16 route has no split-K or stream-K (its K loop is the whole K)");
   static_assert(kBf16A || cute::size(ClusterShape{}) == 1,
                 "the MX bf16 route with e4m3 activations runs on 1x1 clusters only (2x1 and 1x2 failed to launch)");
-  static constexpr int kStages = Stages > 0 ? Stages : sm90_mx_bf16_detail::auto_stages<OperandX, TileShape>();
+  static constexpr int kStages =
+      Stages > 0 ? Stages : sm90_mx_auto_stages(sm90_mx_bf16_detail::stage_bytes<OperandX, TileShape>());
 
   using CollectiveMainloop = collective::Sm90MxBf16Mma<OperandX, TileShape, ClusterShape, kStages, kCooperative>;
   // The row and token references come back as the Rowwise epilogue's two fp32 vectors.

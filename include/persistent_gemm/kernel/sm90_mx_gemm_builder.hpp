@@ -27,6 +27,7 @@
 #include "persistent_gemm/collective/sm90_mx_block_scaled_mma.hpp"
 #include "persistent_gemm/epilogue/sm90_predicated_epilogue.hpp"
 #include "persistent_gemm/generated/arch_limits.hpp"
+#include "persistent_gemm/kernel/builder_common.hpp"
 #include "persistent_gemm/kernel/builder_spec.hpp"
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/sm90_gemm_persistent.hpp"
@@ -36,11 +37,8 @@ namespace persistent_gemm::kernel {
 
 namespace sm90_mx_detail {
 
-// archs.py's limits (config_rules.py's budget rule reads the same).
+// archs.py's limit (config_rules.py's budget rule reads the same).
 constexpr int kAccumulatorRegisterBudget = arch_limits::sm90a::kAccumulatorRegisterBudget;
-constexpr int kSmemBytes = arch_limits::sm90a::kSmemBytes;  // opt-in dynamic shared memory
-constexpr int kKernelCarveout = 1024;  // barriers, ordering barriers, section padding
-constexpr int kMaxStages = 16;
 
 template <class OperandX, class TileShape>
 constexpr int stage_bytes() {
@@ -57,8 +55,7 @@ template <class OperandX, class TileShape>
 constexpr int auto_stages() {
   // The fold's storage is padded to whole 1024 B (it precedes the swizzled tiles): up to 1 KB more.
   constexpr int fold_pad = std::is_same_v<OperandX, collective::MxOperandE2m1Fold> ? 1024 : 0;
-  int s = (kSmemBytes - kKernelCarveout - fold_pad) / stage_bytes<OperandX, TileShape>();
-  return s > kMaxStages ? kMaxStages : s;
+  return sm90_mx_auto_stages(stage_bytes<OperandX, TileShape>(), fold_pad);
 }
 
 }  // namespace sm90_mx_detail
