@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include "persistent_gemm/host/catalogue.h"
+#include "persistent_gemm/layout/mx_blocked.hpp"
 
 namespace persistent_gemm {
 namespace {
@@ -72,7 +73,7 @@ void check_block_scale(char const* op, char const* arg, at::Tensor const& s, int
   if (layout == ScaleLayout::Blocked) {
     TORCH_CHECK_VALUE(s.defined(), msg(op, ": ", arg, " is undefined"));
     check_scale_dtype(op, arg, s);
-    int64_t const want = blocked_extent(rows, blocks).numel();
+    int64_t const want = mx_blocked::bytes(rows, blocks);
     TORCH_CHECK_VALUE(s.numel() == want, msg(op, ": ", arg, " in the blocked layout must hold ", want,
                       " scales ((", rows_name, " = ", rows, " rounded up to 128) x (ceil(K/32) = ", blocks,
                       " rounded up to 4)), got ", s.numel(), " with shape ", s.sizes(),

@@ -79,14 +79,6 @@ constexpr int64_t kMxBlock = 32;  // elements per e8m0 scale along K
 
 // e8m0 scales per row of an MX operand with K columns (the last block may be partial).
 inline int64_t mx_blocks(int64_t k) { return (k + kMxBlock - 1) / kMxBlock; }
-// The blocked layout's padded extents for a (rows, blocks) scale: rows to 128, blocks to 4.
-struct BlockedExtent {
-  int64_t rows, blocks;
-  int64_t numel() const { return rows * blocks; }
-};
-inline BlockedExtent blocked_extent(int64_t rows, int64_t blocks) {
-  return {(rows + 127) / 128 * 128, (blocks + 3) / 4 * 4};
-}
 
 // Each op's whole entry check, in the order its messages are tested, called by both its CPU
 // (ops.cpp) and CUDA (dispatch.cpp) entries, so the two accept and refuse the same calls.

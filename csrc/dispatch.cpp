@@ -18,7 +18,8 @@
 #include "reference.h"
 #include "self_check.h"
 #include "persistent_gemm/host/catalogue.h"
-#include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
+#include "persistent_gemm/kernel/sm100_tile_mapping.hpp"  // sm100_mx: what the SM100 MX kernels accept
+#include "persistent_gemm/layout/mx_blocked.hpp"
 
 namespace persistent_gemm {
 namespace {
@@ -153,7 +154,7 @@ at::Tensor empty_k_result(Problem const& p, at::Tensor const& a, Epilogue const&
   return epilogue_reference(at::zeros({p.m, p.n}, a.options().dtype(at::kFloat)), epi, p.out_dtype);
 }
 
-// An MX scale as the kernels read it: the blocked layout (128 x 4 atoms), 16-byte aligned.
+// An MX scale as the kernels read it: the blocked layout (layout/mx_blocked.hpp), 16-byte aligned.
 // Plain scales are relaid out by the arch module's kernel, every pending one in one launch.
 struct MxScales {
   at::Tensor a, b;
@@ -167,7 +168,7 @@ MxScales blocked_scales(char const* op, ArchModule const& mod, at::Tensor const&
   int count = 0;
   auto prepare = [&](at::Tensor const& s, int64_t rows, ScaleLayout layout) {
     if (layout == ScaleLayout::Blocked) return aligned16(s.data_ptr()) ? s : s.clone();
-    auto out = at::empty({blocked_extent(rows, blocks).numel()}, s.options().dtype(at::kByte));
+    auto out = at::empty({mx_blocked::bytes(rows, blocks)}, s.options().dtype(at::kByte));
     jobs[count++] = {static_cast<uint8_t const*>(s.data_ptr()), rows, blocks, s.size(0) > 1 ? s.stride(0) : blocks,
                      static_cast<uint8_t*>(out.data_ptr())};
     return out;

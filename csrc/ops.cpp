@@ -12,18 +12,25 @@
 #include "dispatch.h"
 #include "reference.h"
 #include "text.h"
+#include "persistent_gemm/layout/mx_blocked.hpp"
 
 namespace persistent_gemm {
 namespace {
 
-// A blocked-layout scale (scale_layout.py) back to plain (rows, blocks): tile (band, t) holds
-// local row 32 i + j, block c at byte 16 j + 4 i + c.
+// A blocked scale's bytes as 5-D, in the order sf_byte (layout/mx_blocked.hpp) lays them out:
+// (band, atom column, row in group, group, block in atom), the plain code of row
+// band * 128 + group * 32 + row in group and block atom column * 4 + block in atom.
+std::vector<int64_t> atom_view(int64_t rows, int64_t blocks) {
+  using namespace mx_blocked;
+  return {padded_rows(rows) / kAtomRows, atoms_k(blocks), kRowGroup, kRowGroups, kAtomBlocks};
+}
+
+// A blocked-layout scale (scale_layout.py) back to plain (rows, blocks).
 at::Tensor plain_scale(at::Tensor const& scale, int64_t rows, int64_t blocks, ScaleLayout layout) {
   if (layout == ScaleLayout::Plain) return scale;
-  auto const padded = blocked_extent(rows, blocks);
-  auto const tiles = scale.view(at::kByte).reshape({padded.rows / 128, padded.blocks / 4, 32, 4, 4});
-  return tiles.permute({0, 3, 2, 1, 4}).reshape({padded.rows, padded.blocks}).narrow(0, 0, rows).narrow(1, 0, blocks)
-      .view(at::kFloat8_e8m0fnu);
+  auto const tiles = scale.view(at::kByte).reshape(atom_view(rows, blocks));
+  return tiles.permute({0, 3, 2, 1, 4}).reshape({mx_blocked::padded_rows(rows), mx_blocked::padded_blocks(blocks)})
+      .narrow(0, 0, rows).narrow(1, 0, blocks).view(at::kFloat8_e8m0fnu);
 }
 
 }  // namespace
@@ -32,10 +39,12 @@ at::Tensor plain_scale(at::Tensor const& scale, int64_t rows, int64_t blocks, Sc
 // self-check feeds the kernels blocked scales; pg.to_blocked is the Python twin).
 at::Tensor blocked_scale(at::Tensor const& plain) {
   int64_t const rows = plain.size(0), blocks = plain.size(1);
-  auto const padded = blocked_extent(rows, blocks);
-  auto codes = at::zeros({padded.rows, padded.blocks}, plain.options().dtype(at::kByte));
+  auto codes = at::zeros({mx_blocked::padded_rows(rows), mx_blocked::padded_blocks(blocks)},
+                         plain.options().dtype(at::kByte));
   codes.narrow(0, 0, rows).narrow(1, 0, blocks).copy_(plain.view(at::kByte));
-  return codes.view({padded.rows / 128, 4, 32, padded.blocks / 4, 4}).permute({0, 3, 2, 1, 4}).reshape({-1})
+  // Plain (band, group, row in group, atom column, block) -> atom_view's order.
+  auto const v = atom_view(rows, blocks);
+  return codes.view({v[0], v[3], v[2], v[1], v[4]}).permute({0, 3, 2, 1, 4}).reshape({-1})
       .view(at::kFloat8_e8m0fnu);
 }
 

@@ -1,5 +1,6 @@
-// tests/test_sm100_mapping.py: the arch-neutral SM100 pieces (kernel/sm100_tile_mapping.hpp),
-// evaluated on the host and, given --device and a GPU (the H200), on the device, plus
+// tests/test_sm100_mapping.py: the arch-neutral SM100 pieces (kernel/sm100_tile_mapping.hpp) and
+// the blocked scale layout (layout/mx_blocked.hpp), evaluated on the host and, given --device and
+// a GPU (the H200), on the device, plus
 //   - the blocked scale layout against CUTLASS's own Sm1xxBlockScaledConfig layouts (host), and
 //   - the relayout kernel (host/scale_to_blocked.cuh) against sf_byte (device).
 // Output, one record per line: "H|D <fn> <args...> : <results...>", then summary lines.
@@ -12,8 +13,10 @@
 #include "cutlass/detail/sm100_blockscaled_layout.hpp"
 #include "persistent_gemm/host/scale_to_blocked.cuh"
 #include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
+#include "persistent_gemm/layout/mx_blocked.hpp"
 
 namespace pm = persistent_gemm::kernel::sm100_map;
+namespace blk = persistent_gemm::mx_blocked;
 namespace mx = persistent_gemm::kernel::sm100_mx;
 
 constexpr int kFields = 10;  // fn, 5 args, 4 results
@@ -62,10 +65,10 @@ __host__ __device__ int sweep(int32_t* out) {
     for (int row = 0; row < 300; row += 37)
       for (int b = 0; b < blocks; b += (blocks > 8 ? 5 : 1)) {
         int64_t r, b0;
-        int64_t const byte = pm::sf_byte(row, b, blocks);
-        pm::sf_word_origin(byte / 4, blocks, r, b0);
+        int64_t const byte = blk::sf_byte(row, b, blocks);
+        blk::sf_word_origin(byte / 4, blocks, r, b0);
         put(4, blocks, row, b, 0, 0, int(byte), int(r), int(b0),
-            int(pm::sf_tile_atom(row / 128 * 128, b / 4, blocks)));
+            int(blk::sf_tile_atom(row / 128 * 128, b / 4, blocks)));
       }
   return n;
 }
@@ -98,9 +101,9 @@ int check_cutlass() {
             if (k >= s[2]) continue;
             int64_t const got = which == 0 ? int64_t(sfa(cute::make_coord(r, k, 0))) : int64_t(sfb(cute::make_coord(r, k, 0)));
             ++checked;
-            if (got != pm::sf_byte(r, b, blocks) && bad++ < 5)
+            if (got != blk::sf_byte(r, b, blocks) && bad++ < 5)
               std::printf("cutlass %s (%d, k=%lld): layout %lld, sf_byte %lld\n", which ? "SFB" : "SFA", r,
-                          (long long)k, (long long)got, (long long)pm::sf_byte(r, b, blocks));
+                          (long long)k, (long long)got, (long long)blk::sf_byte(r, b, blocks));
           }
     }
   }
@@ -116,7 +119,7 @@ int check_relayout() {
     int64_t const rows = s[0], blocks = s[1], ld = blocks + 3;  // a strided source
     std::vector<uint8_t> plain(rows * ld);
     for (size_t i = 0; i < plain.size(); ++i) plain[i] = uint8_t((i * 2654435761u) >> 13);
-    int64_t const bytes = (rows + 127) / 128 * pm::atoms_k(blocks) * 512;
+    int64_t const bytes = (rows + 127) / 128 * blk::atoms_k(blocks) * 512;
     uint8_t *src, *dst;
     cudaMalloc(&src, plain.size());
     cudaMalloc(&dst, bytes);
@@ -133,8 +136,8 @@ int check_relayout() {
     }
     std::vector<int> hits(bytes, 0);
     for (int64_t r = 0; r < (rows + 127) / 128 * 128; ++r)
-      for (int64_t b = 0; b < pm::atoms_k(blocks) * 4; ++b) {
-        int64_t const at = pm::sf_byte(r, b, blocks);
+      for (int64_t b = 0; b < blk::atoms_k(blocks) * 4; ++b) {
+        int64_t const at = blk::sf_byte(r, b, blocks);
         uint8_t const want = (r < rows && b < blocks) ? plain[r * ld + b] : 0x7F;
         ++hits[at];
         if (out[at] != want && bad++ < 5)

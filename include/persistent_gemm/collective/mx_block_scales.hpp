@@ -1,5 +1,6 @@
-// Arch-neutral pieces of the MX (1x32 e8m0 block-scaled) mainloops: the blocked scale layout's
-// atom geometry, the exact e8m0 -> fp32 expansion and the e2m1 -> e4m3 register conversion.
+// Arch-neutral pieces of the MX (1x32 e8m0 block-scaled) mainloops: the K-tile in scale blocks,
+// the exact e8m0 -> fp32 expansion and the e2m1 -> e4m3 / bf16 register conversions (the scales'
+// blocked layout: layout/mx_blocked.hpp).
 // Device code that is not tensor-core specific, shared by the SM90 collective (and meant for the
 // SM100 block-scaled path's scale handling).
 #pragma once
@@ -8,6 +9,8 @@
 
 #include "cutlass/cutlass.h"
 
+#include "persistent_gemm/layout/mx_blocked.hpp"
+
 namespace persistent_gemm::collective {
 
 namespace mx_detail {
@@ -15,8 +18,7 @@ namespace mx_detail {
 constexpr int kBlockK = 32;       // elements per e8m0 scale
 constexpr int kTileK = 128;       // K-tile: 4 blocks = one blocked-layout atom column
 constexpr int kBlocksPerTile = kTileK / kBlockK;
-constexpr int kAtomRows = 128;
-constexpr int kAtomBytes = 512;
+static_assert(kBlocksPerTile == mx_blocked::kAtomBlocks, "a K-tile's scales are one atom column");
 
 // e8m0 code -> its exact fp32 value 2^(code - 127); 255 is NaN.
 CUTLASS_DEVICE float e8m0_to_float(uint32_t code) {
@@ -24,11 +26,6 @@ CUTLASS_DEVICE float e8m0_to_float(uint32_t code) {
   bits = code == 0u ? 0x00400000u : bits;
   bits = code == 255u ? 0x7FC00000u : bits;
   return __uint_as_float(bits);
-}
-
-// Byte offset of (row, block % 4) inside a 512-byte atom: rows interleave in 32-row groups.
-CUTLASS_HOST_DEVICE constexpr int atom_offset(int row_in_atom) {
-  return (row_in_atom % 32) * 16 + (row_in_atom / 32) * 4;
 }
 
 // Eight e2m1 codes (code i in nibble i of x) -> eight exact e4m3 bytes: lo holds codes 0..3,

@@ -30,7 +30,7 @@ CUTLASS_DEVICE void Sm90MxBlockScaledMma<OperandX_, TileShape_, ClusterShape_, S
   for (int r = thread_idx; r < kTileM; r += kMmaThreads) {
     int const rr = m_off + r;  // row inside the tile's atom(s)
     uint32_t const w = *reinterpret_cast<uint32_t const*>(
-        shared.sf_x[stage] + (rr / 128) * mx_detail::kAtomBytes + mx_detail::atom_offset(rr % 128));
+        shared.sf_x[stage] + (rr / 128) * mx_blocked::kAtomBytes + mx_blocked::atom_offset(rr % 128));
     if constexpr (kFold) {
       // The strip's largest and smallest code per block (bytes of w), over its 16 rows: 16
       // consecutive lanes, as kTileM and kMmaThreads are multiples of 32.
@@ -63,7 +63,7 @@ CUTLASS_DEVICE void Sm90MxBlockScaledMma<OperandX_, TileShape_, ClusterShape_, S
   for (int c = thread_idx; c < kTileN; c += kMmaThreads) {
     int const cc = n_off + c;
     uint32_t const w = *reinterpret_cast<uint32_t const*>(
-        shared.sf_y[stage] + (cc / 128) * mx_detail::kAtomBytes + mx_detail::atom_offset(cc % 128));
+        shared.sf_y[stage] + (cc / 128) * mx_blocked::kAtomBytes + mx_blocked::atom_offset(cc % 128));
     int const q = (c / 2) % 4, slot = (c / 8) * 2 + c % 2;
     CUTLASS_PRAGMA_UNROLL
     for (int b = 0; b < mx_detail::kBlocksPerTile; ++b) fc[(b * 4 + q) * kColStride + slot] = expand(w, b);

@@ -37,7 +37,7 @@ struct ScaleView {
   int32_t atom_cols = 0;  // ceil(K / 128)
   __device__ uint32_t code(int64_t row, int blk) const {
     if (ld > 0) return p[row * ld + blk];
-    return p[((row / mx::kAtomRows) * atom_cols + blk / 4) * mx::kAtomBytes + mx::atom_offset(int(row % mx::kAtomRows)) +
+    return p[((row / mx_blocked::kAtomRows) * atom_cols + blk / 4) * mx_blocked::kAtomBytes + mx_blocked::atom_offset(int(row % mx_blocked::kAtomRows)) +
              blk % 4];
   }
 };
@@ -115,12 +115,12 @@ constexpr int kChunkBlocks = 32;  // 32-blocks of one warp's activation chunk: a
 // rows i, i+32, i+64, i+96 (4 codes each). Thread t reads column t/32, t/32 + 8, ... for rows
 // t%32 + 32 j; the eight warps' maxima meet in shared memory.
 inline __device__ void weight_band(MxBf16PrepassJob const& job, int band, int k_blocks, int atom_cols) {
-  __shared__ int best[kWarps][mx::kAtomRows];
+  __shared__ int best[kWarps][mx_blocked::kAtomRows];
   int const t = threadIdx.x, i = t % 32, w = t / 32;
   int r[4] = {-1, -1, -1, -1};
-  uint8_t const* base = job.w_scale + int64_t(band) * atom_cols * mx::kAtomBytes;
+  uint8_t const* base = job.w_scale + int64_t(band) * atom_cols * mx_blocked::kAtomBytes;
   for (int a = w; a < atom_cols; a += kWarps) {
-    uint4 const v = reinterpret_cast<uint4 const*>(base + int64_t(a) * mx::kAtomBytes)[i];
+    uint4 const v = reinterpret_cast<uint4 const*>(base + int64_t(a) * mx_blocked::kAtomBytes)[i];
     uint32_t const words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -134,11 +134,11 @@ inline __device__ void weight_band(MxBf16PrepassJob const& job, int band, int k_
 #pragma unroll
   for (int j = 0; j < 4; ++j) best[w][i + 32 * j] = r[j];
   __syncthreads();
-  if (t < mx::kAtomRows) {
+  if (t < mx_blocked::kAtomRows) {
     int m = -1;
 #pragma unroll
     for (int x = 0; x < kWarps; ++x) m = max(m, best[x][t]);
-    int64_t const row = int64_t(band) * mx::kAtomRows + t;
+    int64_t const row = int64_t(band) * mx_blocked::kAtomRows + t;
     job.w_ref[row] = pow2_minus_127(row < job.w_rows && m >= 0 ? m : 127);
   }
 }

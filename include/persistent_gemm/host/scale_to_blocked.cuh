@@ -1,15 +1,13 @@
-// Plain (rows, ceil(K/32)) e8m0 scales -> the blocked layout the MX kernels read (and SM100's
-// block-scaled tensor cores, cuBLAS and torchao's to_blocked): 512-byte atoms of 128 rows x 4
-// blocks, atom (band, t) at ((band * ceil(blocks/4)) + t) * 512, row r / block c at byte
-// (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4; padding rows and blocks hold 0x7F (2^0).
-// Arch-neutral CUDA: one thread writes one 4-byte word (one row's four blocks of one atom).
+// Plain (rows, ceil(K/32)) e8m0 scales -> the blocked layout (layout/mx_blocked.hpp) the MX
+// kernels read; padding rows and blocks hold 0x7F (2^0). Arch-neutral CUDA: one thread writes one
+// 4-byte word (one row's four blocks of one atom).
 #pragma once
 
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
 
-#include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
+#include "persistent_gemm/layout/mx_blocked.hpp"
 #include "persistent_gemm/registry.h"
 
 namespace persistent_gemm::host {
@@ -28,9 +26,9 @@ __global__ void scale_to_blocked_kernel(RelayoutBatch batch) {
   while (j + 1 < batch.count && w >= batch.first_word[j + 1]) ++j;
   ScaleRelayout const& s = batch.job[j];
   int64_t const local = w - batch.first_word[j];
-  // The word's row and first block (sm100_map::sf_word_origin, the inverse of sf_byte).
+  // The word's row and first block (the inverse of sf_byte).
   int64_t row, block0;
-  kernel::sm100_map::sf_word_origin(local, s.blocks, row, block0);
+  mx_blocked::sf_word_origin(local, s.blocks, row, block0);
   uint32_t word = 0;
   for (int c = 0; c < 4; ++c) {
     int64_t const blk = block0 + c;
@@ -40,9 +38,7 @@ __global__ void scale_to_blocked_kernel(RelayoutBatch batch) {
   reinterpret_cast<uint32_t*>(s.dst)[local] = word;
 }
 
-inline int64_t blocked_words(ScaleRelayout const& s) {
-  return (s.rows + 127) / 128 * kernel::sm100_map::atoms_k(s.blocks) * 128;
-}
+inline int64_t blocked_words(ScaleRelayout const& s) { return mx_blocked::bytes(s.rows, s.blocks) / 4; }
 
 inline cudaError_t scale_to_blocked(ScaleRelayout const* jobs, int count, cudaStream_t stream) {
   if (count < 1 || count > kMaxRelayoutJobs) return cudaErrorInvalidValue;

@@ -1,6 +1,6 @@
 // The parts of the SM100 kernels that are not tcgen05: which CTA of a 2-SM pair does what, which
-// MMA tiles are live at the edges, where a tile's scale factors live in the blocked layout, how
-// many workers the persistent clock gets, and which problems the MX kernels accept.
+// MMA tiles are live at the edges, how many workers the persistent clock gets, and which problems
+// the MX kernels accept (their scale factors' blocked layout: layout/mx_blocked.hpp).
 //
 // Plain arithmetic, host and device, no CUTLASS and no arch-specific instruction, so the same
 // functions the SM100 kernels and their host code call are run on the H200 and on a CPU by
@@ -11,11 +11,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define PGEMM_HD __host__ __device__ __forceinline__
-#else
-#define PGEMM_HD inline
-#endif
+#include "persistent_gemm/layout/mx_blocked.hpp"  // PGEMM_HD
 
 namespace persistent_gemm::kernel {
 
@@ -48,31 +44,6 @@ PGEMM_HD CtaRole cta_role(uint32_t rank_in_cluster, int32_t m_idx, int ctas_per_
 // must still load its half and drain TMEM; a dead tile's CTAs only keep the cluster in step.
 PGEMM_HD bool mma_tile_live(int32_t m_idx, int32_t n_idx, int32_t tiles_m, int32_t tiles_n, int ctas_per_mma) {
   return (m_idx / ctas_per_mma) * ctas_per_mma < tiles_m && n_idx < tiles_n;
-}
-
-// ---- blocked scale-factor layout (128 x 4 atoms of 512 B) -----------------------------------
-constexpr int kAtomRows = 128, kAtomBlocks = 4, kAtomBytes = 512;
-
-PGEMM_HD int64_t atoms_k(int64_t blocks) { return (blocks + kAtomBlocks - 1) / kAtomBlocks; }
-
-// Byte of (row, block) in a blocked tensor of `blocks` 1x32 blocks per row.
-PGEMM_HD int64_t sf_byte(int64_t row, int64_t block, int64_t blocks) {
-  int64_t const atom = (row / kAtomRows) * atoms_k(blocks) + block / kAtomBlocks;
-  return atom * kAtomBytes + (row % 32) * 16 + ((row % kAtomRows) / 32) * 4 + block % kAtomBlocks;
-}
-
-// The inverse for one 4-byte word (the four blocks of one row in one atom): its row, and its
-// atom's first block. The relayout kernel writes word by word.
-PGEMM_HD void sf_word_origin(int64_t word, int64_t blocks, int64_t& row, int64_t& block0) {
-  int64_t const atom = word / 128, in_atom = word % 128;
-  row = (atom / atoms_k(blocks)) * kAtomRows + in_atom / 4 + (in_atom % 4) * 32;
-  block0 = (atom % atoms_k(blocks)) * kAtomBlocks;
-}
-
-// Atom holding K tile `k_tile` (128 K-elements) of the 128-row band that starts at row0: what one
-// CTA's TMA of SFA (or SFB) copies per stage.
-PGEMM_HD int64_t sf_tile_atom(int64_t row0, int32_t k_tile, int64_t blocks) {
-  return (row0 / kAtomRows) * atoms_k(blocks) + k_tile;
 }
 
 // ---- persistent workers --------------------------------------------------------------------

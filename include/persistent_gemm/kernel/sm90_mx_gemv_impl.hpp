@@ -48,13 +48,13 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
     uint8_t* st = smem + s * kStageBytes;
     int32_t const strip = int32_t((u0 + i) / p.sched.chunks), chunk = int32_t((u0 + i) % p.sched.chunks);
     int const atoms = gemv_detail::imin(kAtoms, p.k_atoms - chunk * kAtoms);
-    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[s], uint32_t(kWBytes) + uint32_t(atoms) * 512u + tx_x);
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[s], uint32_t(kWBytes) + uint32_t(atoms) * mx_blocked::kAtomBytes + tx_x);
     CUTLASS_PRAGMA_UNROLL
     for (int h = 0; h < 2; ++h)
       cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &full[s], policy, st + h * (kWBytes / 2),
                                    chunk * gemv_detail::kChunkBytes + h * kBox, strip * gemv_detail::kStripRows);
-    gemv_detail::bulk_g2s(st + kWBytes + kXBytes, p.w_scale + (int64_t(strip) * p.k_atoms + chunk * kAtoms) * 512,
-                          uint32_t(atoms) * 512u, &full[s], policy);
+    gemv_detail::bulk_g2s(st + kWBytes + kXBytes, p.w_scale + (int64_t(strip) * p.k_atoms + chunk * kAtoms) * mx_blocked::kAtomBytes,
+                          uint32_t(atoms) * mx_blocked::kAtomBytes, &full[s], policy);
   };
   // The activation rows of unit i: written by the previous kernel, so after the PDL wait.
   auto load_x = [&](int64_t i) {
@@ -93,9 +93,10 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
       int const kb = chunk * kBlocks + b;
       uint8_t c = 127;
       if (t < p.m && kb < p.k_blocks) {
-        int64_t const off = p.ld_x_scale > 0
-                                ? t * p.ld_x_scale + kb
-                                : (int64_t(t / 128) * p.k_atoms + kb / 4) * 512 + collective::mx_detail::atom_offset(t % 128) + kb % 4;
+        using namespace mx_blocked;  // blocked: sf_byte, its atom columns (k_atoms) known
+        int64_t const off = p.ld_x_scale > 0 ? t * p.ld_x_scale + kb
+                                             : (int64_t(t / kAtomRows) * p.k_atoms + kb / kAtomBlocks) * kAtomBytes +
+                                                   atom_offset(t % kAtomRows) + kb % kAtomBlocks;
         c = __ldg(p.x_scale + off);
       }
       codes[j] = c;
@@ -213,7 +214,7 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
       for (int q = 0; q < kBlocks / 8; ++q) {
         int const b4 = (lane % 2) * (kBlocks / 8) + q;  // this lane's 4-block group
         uint32_t const word =
-            *reinterpret_cast<uint32_t const*>(ws + b4 * 512 + collective::mx_detail::atom_offset(row));
+            *reinterpret_cast<uint32_t const*>(ws + b4 * mx_blocked::kAtomBytes + mx_blocked::atom_offset(row));
         float4 f;
         f.x = e8m0_to_float(word & 0xFF);
         f.y = e8m0_to_float((word >> 8) & 0xFF);
