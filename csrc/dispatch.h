@@ -26,7 +26,8 @@ at::Tensor mx_mm_cuda(bool e2m1, at::Tensor const& a, at::Tensor const& b, at::T
                       c10::string_view scale_layout, std::optional<c10::string_view> config,
                       std::optional<c10::string_view> scale_b_layout, std::optional<at::Tensor> const& bias);
 
-// bf16 activations x an MX weight: the decode GEMV where one fits, else the exact reference.
+// 16-bit activations x an MX weight: bf16 ones run the decode GEMV (up to its token count) or the
+// bf16-route kernels (prefill); fp16 ones, and problems no built kernel fits, the exact reference.
 at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
                                std::optional<at::ScalarType> out_dtype, c10::string_view scale_b_layout,
                                std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias);

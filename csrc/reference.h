@@ -22,8 +22,9 @@ at::Tensor mx_mm_ref(bool e2m1, at::Tensor const& a, at::Tensor const& b, at::Te
                      at::Tensor const& scale_b, std::optional<at::ScalarType> out_dtype, c10::string_view scale_layout,
                      std::optional<c10::string_view> config, std::optional<c10::string_view> scale_b_layout,
                      std::optional<at::Tensor> const& bias = std::nullopt);
-// Weight-only MX (bf16/fp16 activations): the weight dequantized exactly, the product in fp32 on
-// the CPU (fp64 on other devices, where fp32 matmuls may run in TF32), rounded once.
+// Weight-only MX (bf16/fp16 activations): the weight dequantized exactly, the products summed in
+// fp32 on every device (TF32, where a GPU's fp32 matmul takes it, holds both operands exactly),
+// rounded once.
 at::Tensor weight_only_mm_ref(at::Tensor const& a, at::Tensor const& b, at::Tensor const& scale_b,
                               std::optional<at::ScalarType> out_dtype, c10::string_view scale_b_layout,
                               std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias);
