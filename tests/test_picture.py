@@ -5,6 +5,7 @@ and drawing smoke tests that skip without matplotlib."""
 
 from __future__ import annotations
 
+import colorsys
 import sys
 
 import pytest
@@ -287,13 +288,42 @@ def test_build_status_of_this_install():
 def test_wave_colours_are_discrete_and_cycle():
     P = pic.WAVE_PALETTE
     assert len(set(P)) == len(P) >= 10
-    assert [pic.wave_colour(w) for w in range(2 * len(P))] == list(P) * 2
-    assert all(pic.wave_colour(w) != pic.wave_colour(w + 1) for w in range(50))
+    assert [pic.wave_colour(w) for w in range(len(P))] == list(P)  # the palette first
+    assert all(pic.wave_colour(w) != pic.wave_colour(w + 1) for w in range(2 * pic.SERIES_COLOURS))
     assert "#d62728" not in P  # red is the wave boundary
     with pytest.raises(ValueError, match="wave"):
         pic.wave_colour(-1)
+    with pytest.raises(ValueError, match="worker"):
+        pic.worker_colour(-1)
     assert pic.text_colour("#000000") == "white" and pic.text_colour("#ffffff") == "black"
     assert pic.text_colour("#1f77b4") == "white" and pic.text_colour("#ffbb78") == "black"
+
+
+def test_every_wave_and_worker_drawn_has_its_own_colour():
+    """Newcomer 12-07 #10: waves 12-15 of an 8192^2 schedule looked like waves 0-3 (12 colours,
+    cycled), and 66 workers shared 20. Every colour of a series is distinct up to SERIES_COLOURS,
+    which covers a worker per SM of the largest GPU here (148) and the waves of a long problem;
+    none is red (the wave boundaries), magenta (the highlight) or near white (unvisited tiles)."""
+    n = pic.SERIES_COLOURS
+    assert n >= 256
+    colours = [pic.series_colour(i) for i in range(n)]
+    assert len(set(colours)) == n, "two waves (or workers) of one picture share a colour"
+    assert [pic.series_colour(i) for i in range(n, 2 * n)] == colours  # then they repeat, in order
+    assert [pic.wave_colour(i) for i in range(n)] == [pic.worker_colour(i) for i in range(n)] == colours
+    for c in colours:
+        r, g, b = (int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))
+        h, lightness, s = colorsys.rgb_to_hls(r, g, b)
+        assert lightness <= 0.8, c  # not near the white of unvisited tiles
+        if c not in pic.WAVE_PALETTE:
+            assert 20 / 360 <= h <= 290 / 360, c  # no red, pink or magenta hue
+    # The newcomer's pictures: 16 waves of 132 workers; 66 workers of 2x1 clusters.
+    waves = pic.panel_data("sm90a_bf16_128x256x64_c1x1_sw8_row_coop", 8192, 8192)
+    drawn = {s for row in waves.step for s in row}
+    assert len(drawn) == 16 and len({pic.wave_colour(s) for s in drawn}) == 16
+    workers = pic.panel_data("sm90a_bf16_128x256x64_c2x1_sw1_row_coop", 8192, 8192, color_by="worker")
+    drawn = {w for row in workers.worker for w in row}
+    assert len(drawn) == 66 and len({pic.worker_colour(w) for w in drawn}) == 66
+    assert "each its own colour" in pic.legend_labels(66, "worker")[-1]
 
 
 def test_legend_labels_are_capped():
@@ -301,9 +331,11 @@ def test_legend_labels_are_capped():
     assert pic.legend_labels(12) == [f"wave {i}" for i in range(12)]
     many = pic.legend_labels(30)
     assert len(many) == pic.LEGEND_MAX + 1 == 13 and many[:12] == [f"wave {i}" for i in range(12)]
-    assert many[-1].startswith("…") and "30 waves" in many[-1]
+    assert many[-1].startswith("…") and "30 waves" in many[-1] and "repeat" not in many[-1]
     w = pic.legend_labels(25, "worker", cap=4)
-    assert w[:4] == ["worker 0", "worker 1", "worker 2", "worker 3"] and "25 workers" in w[4] and "20" in w[4]
+    assert w[:4] == ["worker 0", "worker 1", "worker 2", "worker 3"] and "25 workers" in w[4]
+    past = pic.legend_labels(pic.SERIES_COLOURS + 1)
+    assert f"colours repeat every {pic.SERIES_COLOURS}" in past[-1]
     assert pic.legend_labels(0) == []
 
 
@@ -338,6 +370,18 @@ def test_panel_data_says_what_the_picture_shows(monkeypatch):
     # split-K and highlight in the title
     sk = pic.panel_data(HAND[5], 512, 256, 5, K=640, highlight=(1, 2))
     assert "split-K 3" in sk.title[1] and "tile (1, 2): worker" in sk.title[1] and sk.highlight == (1, 2)
+
+
+def test_swap_ab_axes_are_named_as_the_op_sees_them():
+    """Newcomer 12-07 #10: explain(1, 8192, 8192, render=...) drew the swap-AB grid (the op's N
+    down, its M across) under axes reading "M (rows)" 0-8192 and "N" 0-16."""
+    swap = pic.panel_data("sm90a_bf16_64x16x128_c1x1_sw1_row_pp_swapab", 8192, 1, K=8192)  # (N, M) = (8192, 1)
+    assert "swap-AB" in swap.title[1] and swap.grid.M == 8192
+    assert swap.ylabel.startswith("N (weight rows") and swap.xlabel.startswith("M (tokens")
+    ticks = pic.panel_data("sm90a_bf16_64x16x128_c1x1_sw1_row_pp_swapab", 8192, 1, tile_ticks=True)
+    assert "64 weight rows each" in ticks.ylabel and "16 tokens each" in ticks.xlabel
+    plain = pic.panel_data(CATALOGUE[0], 4096, 4096)
+    assert plain.ylabel == "M (rows, elements)" and plain.xlabel == "N (columns, elements)"
 
 
 def test_panel_data_aspect():

@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from .picture_data import (JIT_STATUS, LEGEND_MAX, MAX_TRUE_ASPECT, NO_EXTENSION_STATUS, NUMBER_CAPTION,  # noqa: F401
-                           PLOT_ANNOTATE_MAX, WAVE_PALETTE, WORKER_PALETTE, Panel, TileRect, build_status,
+                           PLOT_ANNOTATE_MAX, SERIES_COLOURS, WAVE_PALETTE, Panel, TileRect, build_status,
                            cluster_outlines, format_bytes, legend_labels, panel_data, panel_index,
-                           panel_outlines, text_colour, visit_grid, wave_colour, wave_edges, wave_operand_footprint)
+                           panel_outlines, series_colour, text_colour, visit_grid, wave_colour, wave_edges,
+                           wave_operand_footprint, worker_colour)
 
 
 def _mpl():
@@ -41,9 +42,9 @@ def plot(config, M: int, N: int, path, workers: int | None = None, sm_count: int
     Tiles are ``tile_n`` wide and ``tile_m`` tall, the axes in elements (``tile_ticks=True``:
     tile indices); ``true_aspect=None`` keeps that scale unless the grid is more than
     :data:`MAX_TRUE_ASPECT` times longer than wide (then cells are stretched, and the caption
-    says so). ``color_by``: ``"wave"`` (one colour per wave, :data:`WAVE_PALETTE`) or
-    ``"worker"``. Red lines separate waves, black outlines mark clusters and dashed ones the
-    swizzle panels; tiles carry their worker id when the grid is at most
+    says so). ``color_by``: ``"wave"`` (one colour per wave) or ``"worker"``, each distinct up
+    to :data:`SERIES_COLOURS` (:func:`series_colour`). Red lines separate waves, black outlines
+    mark clusters and dashed ones the swizzle panels; tiles carry their worker id when the grid is at most
     :data:`PLOT_ANNOTATE_MAX` tiles a side. ``footprint_wave`` (default 0; None: off) shades
     the A rows and B columns that wave reads in strips beside the grid and gives the bytes
     (``K`` given) against every tile loading its own. ``highlight=(m, n)`` outlines that tile

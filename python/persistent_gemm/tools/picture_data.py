@@ -9,7 +9,9 @@ titles and captions included). :mod:`.picture_layers` draws it; :mod:`.picture` 
 
 from __future__ import annotations
 
+import colorsys
 from dataclasses import dataclass
+from functools import lru_cache
 from fractions import Fraction
 from typing import NamedTuple, Optional, Sequence
 
@@ -19,14 +21,20 @@ from ..schedule import ceil_div, check_int, default_workers
 
 #: Largest tile grid (per side) whose tiles get their worker id written on them.
 PLOT_ANNOTATE_MAX = 64
-#: Wave colours, one per wave, cycled: a qualitative palette (matplotlib's tab10 and tab20
-#: lights) without red, which marks wave boundaries, and pink, near the highlight's magenta.
+#: The first colours of a series (waves, or workers): a qualitative palette (matplotlib's tab10
+#: and tab20 lights) without red, which marks wave boundaries, and pink, near the highlight's magenta.
 WAVE_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#7f7f7f", "#bcbd22", "#17becf",
                 "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5")
-#: Worker colours (color_by="worker"): matplotlib's tab20, cycled.
-WORKER_PALETTE = ("#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896",
-                  "#9467bd", "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7",
-                  "#bcbd22", "#dbdb8d", "#17becf", "#9edae5")
+#: Past the palette, :func:`series_colour` generates colours: _HUES hues in the same red- and
+#: pink-free arc, visited with a stride so neighbours (waves s and s+1) differ by about 110
+#: degrees, in _BANDS lightness / saturation bands. Each distinct, so a picture of up to
+#: SERIES_COLOURS waves or workers (132 or 148 SMs' worth of workers) repeats none.
+_HUES, _HUE_STRIDE, _HUE_ARC = 32, 13, (25.0, 285.0)
+# (lightness, saturation): the first band darker than any palette colour, so colour 12 is not
+# mistaken for colour 0-11; then alternately light and dark, never near white (unvisited tiles).
+_BANDS = ((0.27, 0.65), (0.60, 0.85), (0.40, 0.45), (0.74, 0.70), (0.20, 0.45), (0.50, 0.60), (0.66, 0.45),
+          (0.34, 0.85))
+SERIES_COLOURS = len(WAVE_PALETTE) + _HUES * len(_BANDS)
 #: Legend entries listed before the rest is summarised in one "…" entry.
 LEGEND_MAX = 12
 #: The caption's sentence for the numbers written on the tiles (clustered configs name the cluster).
@@ -195,19 +203,41 @@ def build_status(config) -> str:
 
 
 # -- colours and legends -------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def _generated_colour(i: int) -> str:
+    hue_slot, band = (i * _HUE_STRIDE) % _HUES, (i // _HUES) % len(_BANDS)
+    lo, hi = _HUE_ARC
+    lightness, saturation = _BANDS[band]
+    r, g, b = colorsys.hls_to_rgb((lo + (hi - lo) * (hue_slot + 0.5) / _HUES) / 360.0, lightness, saturation)
+    return "#" + "".join(f"{round(255 * c):02x}" for c in (r, g, b))
+
+
+def series_colour(i: int) -> str:
+    """Colour ``i`` of a series (wave ``i``, or worker ``i``): :data:`WAVE_PALETTE`, then generated
+    ones; all :data:`SERIES_COLOURS` of them distinct, then they repeat. The same index always gets
+    the same colour, so two pictures side by side agree."""
+    i = check_int("i", i, minimum=0) % SERIES_COLOURS
+    return WAVE_PALETTE[i] if i < len(WAVE_PALETTE) else _generated_colour(i - len(WAVE_PALETTE))
+
+
 def wave_colour(wave: int) -> str:
-    """The colour of wave ``wave``: :data:`WAVE_PALETTE`, cycled."""
-    return WAVE_PALETTE[check_int("wave", wave, minimum=0) % len(WAVE_PALETTE)]
+    """The colour of wave ``wave`` (:func:`series_colour`)."""
+    return series_colour(check_int("wave", wave, minimum=0))
+
+
+def worker_colour(worker: int) -> str:
+    """The colour of worker ``worker`` with ``color_by="worker"`` (:func:`series_colour`)."""
+    return series_colour(check_int("worker", worker, minimum=0))
 
 
 def legend_labels(count: int, what: str = "wave", cap: int = LEGEND_MAX) -> list[str]:
     """``"wave 0"``, ``"wave 1"``, ... for ``count`` entries, the first ``cap`` of them and then
-    one ``"…"`` entry saying how many there are and how often the colours repeat."""
+    one ``"…"`` entry saying how many there are (and, past :data:`SERIES_COLOURS`, that colours repeat)."""
     count, cap = check_int("count", count, minimum=0), check_int("cap", cap)
-    palette = WAVE_PALETTE if what == "wave" else WORKER_PALETTE
     labels = [f"{what} {i}" for i in range(min(count, cap))]
     if count > cap:
-        labels.append(f"… {count} {what}s in all (colours repeat every {len(palette)})")
+        repeat = f"; colours repeat every {SERIES_COLOURS}" if count > SERIES_COLOURS else ", each its own colour"
+        labels.append(f"… {count} {what}s in all{repeat}")
     return labels
 
 
@@ -263,6 +293,8 @@ class Panel:
     status: str
     title: list
     caption: list
+    xlabel: str = ""  #: the grid's axes, named as the op's extents (a swap-AB grid is (N, M))
+    ylabel: str = ""
 
     @property
     def waves(self) -> int:
@@ -357,5 +389,11 @@ def panel_data(config, M: int, N: int, workers: int | None = None, sm_count: int
         caption.append(f"not to scale: the grid is {long_side}:{short_side} elements, cells stretched to be seen")
     if g.M % tm or g.N % tn:
         caption.append("hatched = tile padding beyond M or N (computed, not stored)")
+    # Axes in the op's terms: a swap-AB grid's rows are the op's N (weight rows), its columns its M.
+    (rn, rw, rk), (cn, cw, ck) = ((("N", "weight rows", "; the kernel's M"), ("M", "tokens", "; the kernel's N"))
+                                  if config.swap_ab else (("M", "rows", ""), ("N", "columns", "")))
+    ylabel = f"tile row m (Mt={Mt}, {tm} {rw} each)" if tile_ticks else f"{rn} ({rw}{rk}, elements)"
+    xlabel = f"tile column n (Nt={Nt}, {tn} {cw} each)" if tile_ticks else f"{cn} ({cw}{ck}, elements)"
     return Panel(config, g, workers, K, step, worker, color_by, highlight, fp, cluster_outlines(config, g.M, g.N),
-                 panel_outlines(config, g.M, g.N), annotate, not stretched, tile_ticks, status, title, caption)
+                 panel_outlines(config, g.M, g.N), annotate, not stretched, tile_ticks, status, title, caption,
+                 xlabel, ylabel)

@@ -17,8 +17,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FixedLocator
 
-from .picture_data import (LEGEND_MAX, NO_EXTENSION_STATUS, WAVE_PALETTE, WORKER_PALETTE, legend_labels, text_colour,
-                           wave_colour, wave_edges)
+from .picture_data import LEGEND_MAX, NO_EXTENSION_STATUS, legend_labels, text_colour, wave_colour, wave_edges, worker_colour
 
 # Lengths in inches.
 GRID_MAX_W, GRID_MAX_H = 11.0, 9.0  # the grid of one panel at most
@@ -121,8 +120,7 @@ def _draw_panel(fig, x0, fig_w, fig_h, p, gw, gh, strip, width, title, caption, 
     if p.color_by == "wave":
         colour = [[_rgb(wave_colour(s)) if s >= 0 else (1, 1, 1) for s in row] for row in p.step]
     else:
-        colour = [[_rgb(WORKER_PALETTE[w % len(WORKER_PALETTE)]) if w >= 0 else (1, 1, 1) for w in row]
-                  for row in p.worker]
+        colour = [[_rgb(worker_colour(w)) if w >= 0 else (1, 1, 1) for w in row] for row in p.worker]
     ax.imshow(colour, extent=(0, W_el, H_el, 0), interpolation="nearest", aspect="auto", zorder=0)
     ax.set_xlim(0, W_el)
     ax.set_ylim(H_el, 0)
@@ -162,16 +160,14 @@ def _draw_panel(fig, x0, fig_w, fig_h, p, gw, gh, strip, width, title, caption, 
         for m in range(Mt):
             for n in range(Nt):
                 s = p.step[m][n] if p.color_by == "wave" else p.worker[m][n]
-                bg = wave_colour(s) if p.color_by == "wave" else WORKER_PALETTE[s % len(WORKER_PALETTE)]
+                bg = wave_colour(s) if p.color_by == "wave" else worker_colour(s)
                 ax.text((n + 0.5) * tn, (m + 0.5) * tm, str(p.worker[m][n]), ha="center", va="center", fontsize=fs,
                         color=text_colour(bg), zorder=7)
     rows_op, cols_op = ("W", "X") if p.config.swap_ab else ("A", "B")
-    ylab = f"tile row m (Mt={Mt}, {tm} rows each)" if p.tile_ticks else "M (rows, elements)"
     if p.tile_ticks:
         _tile_ticks(ax.xaxis, Nt, tn)
         _tile_ticks(ax.yaxis, Mt, tm)
-    ax.set_xlabel(f"tile column n (Nt={Nt}, {tn} columns each)" if p.tile_ticks else "N (columns, elements)",
-                  fontsize=8)
+    ax.set_xlabel(p.xlabel, fontsize=8)
     ax.tick_params(labelsize=7)
     yax = ax
     fp = p.footprint
@@ -200,7 +196,7 @@ def _draw_panel(fig, x0, fig_w, fig_h, p, gw, gh, strip, width, title, caption, 
         for a in (ax_a, ax_b):
             for sp in a.spines.values():
                 sp.set_visible(False)
-    yax.set_ylabel(ylab, fontsize=8)
+    yax.set_ylabel(p.ylabel, fontsize=8)
     yax.tick_params(labelsize=7)
     cx = (x0 + width / 2) / fig_w
     y = 1 - 0.12 / fig_h
@@ -217,9 +213,9 @@ def _draw_panel(fig, x0, fig_w, fig_h, p, gw, gh, strip, width, title, caption, 
 def _legend(fig, panels, x0, fig_w, fig_h) -> None:
     by_wave = panels[0].color_by == "wave"
     count = max(p.waves for p in panels) if by_wave else max(p.workers for p in panels)
-    palette = WAVE_PALETTE if by_wave else WORKER_PALETTE
+    colour = wave_colour if by_wave else worker_colour
     labels = legend_labels(count, "wave" if by_wave else "worker", LEGEND_MAX)
-    handles = [Patch(facecolor=palette[i % len(palette)], edgecolor="none", label=lab)
+    handles = [Patch(facecolor=colour(i), edgecolor="none", label=lab)
                for i, lab in enumerate(labels[:LEGEND_MAX])]
     if len(labels) > LEGEND_MAX:
         handles.append(Patch(facecolor="none", edgecolor="none", label="\n".join(textwrap.wrap(labels[-1], 26))))
