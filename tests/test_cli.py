@@ -118,8 +118,9 @@ def test_cli_schedule_does_not_import_the_extension():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120)
     assert p.returncode == 0, p.stderr
     loaded = eval(p.stdout.strip().splitlines()[-1])
+    # picture_data: the report's build line (build_status, pure Python, no matplotlib)
     assert set(loaded) <= {"persistent_gemm.__main__", "persistent_gemm.tools", "persistent_gemm.tools.cli",
-                           "persistent_gemm.footprint"}, loaded
+                           "persistent_gemm.footprint", "persistent_gemm.tools.picture_data"}, loaded
 
 
 def test_cli_schedule_picture_options(tmp_path, capsys):
@@ -207,3 +208,72 @@ def test_cli_schedule_stream_k_says_how_the_tail_is_shared(capsys):
     assert rc == 0 and "48 shared by 66 workers in 3 lanes of 22 in K-tiles (3072 of them, 46-47 a worker)" in out
     rc, out, _ = _main(capsys, "schedule", "--m", "128", "--n", "256", "--k", "64", "--stream-k", "--workers", "1")
     assert rc == 0 and "whole waves only: every id data-parallel" in out
+
+
+# -- newcomer 12-07 #3, #8, #10 ----------------------------------------------------------------------
+def test_cli_docstring_shows_every_command_and_its_examples_parse():
+    """The module docstring's examples: one per command the parser has, each one it accepts (the
+    docstring once listed 4 of 7 commands)."""
+    from persistent_gemm.tools import cli
+
+    parser = cli._parser()
+    commands = set(next(a for a in parser._actions if a.dest == "command").choices)
+    examples = [line.split()[3:] for line in cli.__doc__.splitlines()
+                if line.strip().startswith("python -m persistent_gemm ")]
+    assert {e[0] for e in examples} == commands
+    for e in examples:
+        parser.parse_args(e)  # SystemExit (2) on a flag or value the command does not take
+
+
+def test_cli_explain_takes_every_alias_python_takes():
+    """`pg.explain(dtype="fp8_fp4")` worked while `explain --dtype fp8_fp4` was an invalid choice."""
+    import persistent_gemm as pg
+    from persistent_gemm.explain import DTYPES
+    from persistent_gemm.library import FAMILY_ALIASES
+    from persistent_gemm.tools.cli import _parser
+
+    for name in DTYPES + tuple(FAMILY_ALIASES):
+        assert _parser().parse_args(["explain", "--m", "1", "--n", "64", "--k", "64", "--dtype", name]).dtype == name
+    if pg.extension_available() and pg.built_configs("sm90a"):
+        p = _cli("explain", "--m", "128", "--n", "8192", "--k", "8192", "--dtype", "fp8_fp4")
+        assert p.returncode == 0 and p.stdout.startswith("chosen: sm90a_e4m3xe2m1_"), p.stderr
+        assert p.stdout == _cli("explain", "--m", "128", "--n", "8192", "--k", "8192", "--dtype", "e4m3xe2m1").stdout
+
+
+def test_cli_schedule_says_whether_the_config_is_built(capsys, monkeypatch):
+    """`schedule --m 4096 --n 4096` reported the defaults' config, which is not built, and said nothing."""
+    import persistent_gemm as pg
+    from persistent_gemm.tools import picture_data
+
+    def build_line(*args):
+        rc, out, err = _main(capsys, "schedule", "--m", "4096", "--n", "4096", *args)
+        assert rc == 0, err
+        return next(line for line in out.splitlines() if line.startswith("build "))
+
+    here = picture_data.build_status(pg.KernelConfig())
+    assert ("no extension built here" if here == picture_data.NO_EXTENSION_STATUS else here) in build_line()
+    # Each answer, whatever this install holds: no extension, built, not built (defaults or --config).
+    for status, given, want in [(picture_data.NO_EXTENSION_STATUS, False, "no extension built here"),
+                                ("built", True, "built"),
+                                (picture_data.JIT_STATUS, False, "python -m persistent_gemm list"),
+                                (picture_data.JIT_STATUS, True, "JIT-compiles on first use")]:
+        monkeypatch.setattr(picture_data, "build_status", lambda c, s=status: s)
+        line = build_line(*(["--config", pg.KernelConfig().name] if given else []))
+        assert want in line, line
+        assert ("python -m persistent_gemm list" in line) == (not given and status == picture_data.JIT_STATUS)
+
+
+def test_cli_output_into_a_closed_pipe_exits_quietly():
+    """`python -m persistent_gemm list | head` ended in a BrokenPipeError traceback. The reader
+    closes its end before the CLI writes: no traceback, SIGPIPE's exit status (141)."""
+    from persistent_gemm.tools.cli import BROKEN_PIPE_STATUS
+
+    # (--help needs nothing: argparse's own writer drops an OSError and exits 0.)
+    for args in (["list"], ["schedule", "--m", "4096", "--n", "4096", "--per-wave"]):
+        p = subprocess.Popen([sys.executable, "-m", "persistent_gemm", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=_env(), cwd=REPO)
+        p.stdout.close()
+        err = p.stderr.read().decode()
+        rc = p.wait(timeout=120)
+        assert "Traceback" not in err and "BrokenPipeError" not in err, err
+        assert rc == BROKEN_PIPE_STATUS == 141, (args, rc, err)

@@ -1,4 +1,5 @@
-"""Command line: ``python -m persistent_gemm {schedule,precompile,tune,demo} ...``.
+"""Command line: ``python -m persistent_gemm COMMAND ...``; ``--help`` lists the commands (argparse
+builds that list from the parser, and tests/test_cli.py holds one example per command here).
 
 ``schedule`` is pure Python (it imports :mod:`persistent_gemm.schedule`,
 :mod:`persistent_gemm.footprint` and :mod:`persistent_gemm.catalogue` only, never the compiled
@@ -8,13 +9,17 @@ operand footprint, and optionally draws the visit order to a PNG.
 
 Examples::
 
+    python -m persistent_gemm list --arch sm90a
+    python -m persistent_gemm explain --m 128 --n 8192 --k 8192 --dtype fp8_fp4
     python -m persistent_gemm schedule --m 8192 --n 8192 --k 8192 --swizzle 8 --out order.png
     python -m persistent_gemm schedule --m 4096 --n 4096 --config sm90a_bf16_128x256x64_c2x1_sw8_row_coop
     python -m persistent_gemm precompile sm90a_bf16_128x64x64_c1x2_sw3_column_pp
     python -m persistent_gemm tune --m 4096 --n 4096 --k 4096 --op mm --jit
     python -m persistent_gemm demo
+    python -m persistent_gemm selfcheck
 
-``precompile`` and ``tune`` need the compiled extension (and ``tune`` a GPU).
+``explain``, ``precompile``, ``tune``, ``demo`` and ``selfcheck`` need the compiled extension
+(``tune`` and ``selfcheck`` a GPU); ``list`` says when it is not built.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from typing import Optional, Sequence
 
 from ..archs import ARCH_NAMES, ARCHS
 from ..catalogue import DTYPES, KernelConfig
+from ..explain import DTYPES as EXPLAIN_DTYPES
+from ..library import FAMILY_ALIASES
 from ..schedule import TileSchedule
 
 # Flags that build a KernelConfig field by field; they conflict with --config. Their defaults are
@@ -130,6 +137,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
     waves = g.waves(workers)
     last = g.num_ids - (waves - 1) * workers
     print(f"config    {config.name}")
+    print(f"build     {_build_line(config, given=args.config is not None)}")
     print(f"problem   M={args.m} N={args.n} K={args.k}  ({config.dtype}: A {float(a_el):g} B/elem, B {float(b_el):g} B/elem)")
     print(
         f"grid      tiles Mt x Nt = {g.tiles_m} x {g.tiles_n} ({config.cta_tile[0]}x{config.cta_tile[1]} per CTA), "
@@ -167,6 +175,19 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
             return 2
         print(f"wrote     {path}")
     return 0
+
+
+def _build_line(config, given: bool) -> str:
+    """Whether ``config`` runs here, for the schedule's report (the picture's title says the same)."""
+    from .picture_data import NO_EXTENSION_STATUS, build_status
+
+    status = build_status(config)
+    if status == NO_EXTENSION_STATUS:
+        return "no extension built here: the schedule below is the config's, nothing runs it on this install"
+    if status.startswith("not built") and not given:
+        # The defaults (TileSchedule()'s, KernelConfig()'s) name a spec, not necessarily a built kernel.
+        status += "; the flags' defaults name a spec, not a built kernel: `python -m persistent_gemm list` shows those"
+    return status
 
 
 def _need_extension(what: str) -> bool:
@@ -305,7 +326,9 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--m", type=int, required=True)
     ex.add_argument("--n", type=int, required=True)
     ex.add_argument("--k", type=int, required=True)
-    ex.add_argument("--dtype", choices=DTYPES, default="bf16")
+    # explain's own names and their aliases (the op's name, the pg.nn format): one table, library's.
+    ex.add_argument("--dtype", choices=EXPLAIN_DTYPES + tuple(FAMILY_ALIASES), default="bf16",
+                    help="operand family, or an alias: the op's name or the pg.nn format (default bf16)")
     ex.add_argument("--out-dtype", choices=("bf16", "fp16", "fp32"))
     ex.add_argument("--layout", default="rc", help="a then b: r row-major, c column-major (default rc)")
     ex.add_argument("--scale", choices=("none", "tensor", "row"), default="none",
@@ -403,15 +426,28 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+#: The exit status of a process killed by SIGPIPE (128 + 13), what `git log | head` leaves behind.
+BROKEN_PIPE_STATUS = 141
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
-    # Counts and extents: checked here so each message names the flag as typed.
-    for flag in ("m", "n", "k", "workers", "sms", "reps", "max_jit"):
-        v = getattr(args, flag, None)
-        if v is not None and v < 1:
-            print(f"error: --{flag.replace('_', '-')} must be >= 1, got {v}", file=sys.stderr)
-            return 2
-    return args.func(args)
+    try:
+        args = _parser().parse_args(argv)
+        # Counts and extents: checked here so each message names the flag as typed.
+        for flag in ("m", "n", "k", "workers", "sms", "reps", "max_jit"):
+            v = getattr(args, flag, None)
+            if v is not None and v < 1:
+                print(f"error: --{flag.replace('_', '-')} must be >= 1, got {v}", file=sys.stderr)
+                return 2
+        rc = args.func(args)
+        sys.stdout.flush()  # a reader gone (`list | head`) shows here, not in the interpreter's last flush
+        return rc
+    except BrokenPipeError:
+        # Python's documented idiom: stdout to devnull so the final flush cannot raise again. The
+        # status is SIGPIPE's, as C tools report it: the output was cut short, which a shell with
+        # pipefail should see, but no traceback for what is the reader's choice.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_STATUS
 
 
 if __name__ == "__main__":
