@@ -23,11 +23,11 @@ import subprocess
 from string import Template
 
 import pytest
-from test_mx_host_layout import build_host_program
 
 from persistent_gemm import archs, build_flags, codegen
 from persistent_gemm.catalogue import CATALOGUE, E2M1_DTYPES
 from persistent_gemm.library import ELEMENTS, lowering
+from support.host_build import build_host_program
 
 _ENTRY = Template("bool can_${ident}(persistent_gemm::GemmArgs const& g) { return k_${ident}::Gemm::can_implement(g); }\n"
                   "size_t ws_${ident}(persistent_gemm::GemmArgs const& g) { return k_${ident}::Gemm::workspace_bytes(g); }\n")

@@ -8,54 +8,25 @@ kernel. Each record is compared with a Python reference written from the definit
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from persistent_gemm import TileSchedule
+from persistent_gemm.archs import ARCHS
 from persistent_gemm.scale_layout import to_blocked
 from persistent_gemm.schedule import default_workers
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _cutlass() -> Path:
-    for var in ("PGEMM_CUTLASS_PATH", "CUTLASS_PATH"):
-        if os.environ.get(var):
-            return Path(os.environ[var])
-    for entry in sys.path:
-        root = Path(entry or ".") / "cutlass_library" / "source"
-        if (root / "include" / "cutlass" / "cutlass.h").is_file():
-            return root
-    pytest.skip("CUTLASS headers not found")
-
-
-def _nvcc() -> str:
-    for c in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if c and (Path(c) / "bin" / "nvcc").is_file():
-            return str(Path(c) / "bin" / "nvcc")
-    found = shutil.which("nvcc")
-    if not found:
-        pytest.skip("no nvcc")
-    return found
+from support.host_build import HOST_FLAGS, ROOT, build_host_program
 
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory) -> Path:
-    nvcc, cutlass = _nvcc(), _cutlass()
-    home = Path(nvcc).resolve().parents[1]
     exe = tmp_path_factory.mktemp("probe") / "sm100_mapping_probe"
-    cmd = [nvcc, "-std=c++17", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
-           f"-I{ROOT / 'include'}", f"-I{cutlass / 'include'}", f"-I{home / 'include' / 'cccl'}",
-           str(ROOT / "tests" / "device" / "sm100_mapping_probe.cu"), "-o", str(exe)]
-    build = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert build.returncode == 0, build.stderr[-3000:]
-    return exe
+    # sm_90a device code: the --device run on the H200; the host records need no GPU.
+    return Path(build_host_program([ROOT / "tests" / "device" / "sm100_mapping_probe.cu"], exe,
+                                   flags=(*HOST_FLAGS, ARCHS["sm90a"].gencode)))
 
 
 def _run(exe: Path, *args: str):
