@@ -254,17 +254,17 @@ def test_build_status_names_a_config_that_cannot_be_built():
 
 
 def test_build_status_without_the_extension(monkeypatch):
-    monkeypatch.setattr(pg, "extension_available", lambda: False)
+    monkeypatch.setattr(pg._extension, "extension_available", lambda: False)
     assert pic.build_status(CATALOGUE[0]) == pic.NO_EXTENSION_STATUS == "extension not built here"
     assert pic.build_status(NEVER_BUILDABLE).startswith("cannot be built")  # known without the extension
 
 
 def test_build_status_built_or_jit(monkeypatch):
     cfg = HAND[0]
-    monkeypatch.setattr(pg, "extension_available", lambda: True)
-    monkeypatch.setattr(pg, "built_configs", lambda arch=None: [cfg.name])
+    monkeypatch.setattr(pg._extension, "extension_available", lambda: True)
+    monkeypatch.setattr(pg._extension, "built_configs", lambda arch=None: [cfg.name])
     assert pic.build_status(cfg) == "built"
-    monkeypatch.setattr(pg, "built_configs", lambda arch=None: [])
+    monkeypatch.setattr(pg._extension, "built_configs", lambda arch=None: [])
     monkeypatch.delenv("PGEMM_JIT", raising=False)
     assert pic.build_status(cfg) == pic.JIT_STATUS
     assert pic.JIT_STATUS == "not built — JIT-compiles on first use (persistent_gemm.precompile)"
@@ -347,7 +347,7 @@ def test_format_bytes():
 
 
 def test_panel_data_says_what_the_picture_shows(monkeypatch):
-    monkeypatch.setattr(pg, "extension_available", lambda: False)
+    monkeypatch.setattr(pg._extension, "extension_available", lambda: False)
     cfg = "sm90a_bf16_128x256x64_c2x1_sw4_row_coop"
     p = pic.panel_data(cfg, 3000, 6000, 22, K=4096)
     assert p.annotate and p.true_aspect and p.waves == 14 and p.footprint["wave"] == 0

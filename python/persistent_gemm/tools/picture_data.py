@@ -189,11 +189,12 @@ def build_status(config) -> str:
     reason = config.kernel_rejection()
     if reason:
         return f"cannot be built: {reason}"
-    import persistent_gemm as pg
+    # From _extension, not the package face: the face imports explain, which draws with this module.
+    from .._extension import built_configs, extension_available
 
-    if not pg.extension_available():
+    if not extension_available():
         return NO_EXTENSION_STATUS
-    if config.name in pg.built_configs():
+    if config.name in built_configs():
         return "built"
     from .. import jit
 
