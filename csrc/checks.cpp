@@ -3,7 +3,7 @@
 #include "text.h"
 
 #include <cstring>
-#include <unordered_set>
+#include <unordered_map>
 
 #include <c10/util/Exception.h>
 
@@ -99,8 +99,7 @@ void check_k(char const* op, at::Tensor const& a, at::Tensor const& b) {
 // An e2m1 weight b (K/2, N) of packed pairs against a's K: whole 1x32 blocks, and a weight stored
 // (N, K/2) passed without .t() gets the fix named.
 void check_e2m1_k(char const* op, at::Tensor const& b, int64_t k) {
-  TORCH_CHECK_VALUE(k % kMxBlock == 0, msg(op, ": K = ", k,
-                    " must be a multiple of 32 (whole e2m1 scale blocks; packed rows 16-byte aligned)"));
+  check_e2m1_extent(op, k);
   TORCH_CHECK_VALUE(b.size(0) * 2 == k || b.size(1) * 2 != k,
                     msg(op, ": b is ", b.sizes(), ", which looks like the (N, K/2) packed weight itself; pass its "
                         "transpose (K/2, N) = (", k / 2, ", ", b.size(0), "): wq.t()"));
@@ -131,6 +130,11 @@ void check_block_scaled_operands(char const* op, at::Tensor const& a, at::Tensor
 
 }  // namespace
 
+void check_e2m1_extent(char const* op, int64_t k) {
+  TORCH_CHECK_VALUE(k % kMxBlock == 0, msg(op, ": K = ", k,
+                    " must be a multiple of 32 (whole e2m1 scale blocks; packed rows 16-byte aligned)"));
+}
+
 ScaleLayout parse_scale_layout(char const* op, c10::string_view layout, char const* arg) {
   if (layout == "plain") return ScaleLayout::Plain;
   if (layout == "blocked") return ScaleLayout::Blocked;
@@ -146,22 +150,32 @@ ScaleLayouts parse_scale_layouts(char const* op, c10::string_view layout,
 }
 
 namespace {
+// What the checks need of a config name, read off the fields codegen wrote from Python's
+// parse_name (host::CatalogueRow, KernelEntry): the name is parsed once, there.
+struct ConfigTraits {
+  std::string family;
+  bool fast_accum;
+};
 // Catalogue configs, and configs registered in this process (built, or JIT-compiled by
-// persistent_gemm.jit). A per-thread set, rebuilt when the registry changes: this is on the
-// path of every call that forces a config.
-bool known_config(std::string const& name) {
+// persistent_gemm.jit); nullptr for an unknown name. A per-thread map, rebuilt when the registry
+// changes: this is on the path of every call that forces a config.
+ConfigTraits const* config_traits(std::string const& name) {
   thread_local uint64_t generation = ~uint64_t(0);
-  thread_local std::unordered_set<std::string> names;
+  thread_local std::unordered_map<std::string, ConfigTraits> known;
   uint64_t const now = registry_generation();
   if (now != generation) {
-    names.clear();
+    known.clear();
     for (auto const& row : host::catalogue())
-      if (row.in_catalogue) names.insert(row.name);
+      if (row.in_catalogue) known.emplace(row.name, ConfigTraits{row.family, row.fast_accum});
     for (auto const& mod : registered_arches())
-      for (int i = 0; i < mod.table->count; ++i) names.insert(mod.table->entries[i].config);
+      for (int i = 0; i < mod.table->count; ++i) {
+        KernelEntry const& e = mod.table->entries[i];
+        known.emplace(e.config, ConfigTraits{e.family, e.fast_accum});
+      }
     generation = now;
   }
-  return names.count(name) != 0;
+  auto const it = known.find(name);
+  return it == known.end() ? nullptr : &it->second;
 }
 }  // namespace
 
@@ -169,15 +183,12 @@ void check_config(char const* op, std::optional<c10::string_view> config,
                   std::initializer_list<char const*> families) {
   if (!config.has_value()) return;
   std::string const name(config->data(), config->size());
-  if (known_config(name)) {
-    // Canonical names are <arch>_<dtype>_...: the dtype field must match the op.
-    std::string const rest = name.substr(name.find('_') + 1);
-    std::string const family = rest.substr(0, rest.find('_'));
+  if (ConfigTraits const* t = config_traits(name)) {
     for (char const* f : families)
-      if (family == f) return;
+      if (t->family == f) return;
     std::string want;
     for (char const* f : families) want += std::string(f) + " ";
-    TORCH_CHECK_VALUE(false, msg(op, ": config '", name, "' is a ", family, " kernel; this op takes ",
+    TORCH_CHECK_VALUE(false, msg(op, ": config '", name, "' is a ", t->family, " kernel; this op takes ",
                       want, "kernels"));
   }
   std::string names;
@@ -191,10 +202,9 @@ void check_config(char const* op, std::optional<c10::string_view> config,
 void check_config_accum(char const* op, std::optional<c10::string_view> config, bool use_fast_accum) {
   if (!config.has_value() || use_fast_accum) return;
   std::string const name(config->data(), config->size());
-  // Canonical names carry the token after the style: ..._<coop|pp>_fastacc[_s<stages>].
-  bool const fast = name.find("_fastacc") != std::string::npos;
-  TORCH_CHECK_VALUE(!fast, msg(op, ": config '", name, "' accumulates FP8 products at reduced precision "
-                    "(fast accumulation), but use_fast_accum=False asks for fp32-promoted sums; pass "
+  ConfigTraits const* t = config_traits(name);  // an unknown name is check_config's to report
+  TORCH_CHECK_VALUE(!t || !t->fast_accum, msg(op, ": config '", name, "' accumulates FP8 products at reduced "
+                    "precision (fast accumulation), but use_fast_accum=False asks for fp32-promoted sums; pass "
                     "use_fast_accum=True or a config without '_fastacc'"));
 }
 

@@ -79,6 +79,8 @@ constexpr int64_t kMxBlock = 32;  // elements per e8m0 scale along K
 
 // e8m0 scales per row of an MX operand with K columns (the last block may be partial).
 inline int64_t mx_blocks(int64_t k) { return (k + kMxBlock - 1) / kMxBlock; }
+// The ops' rule on K for packed e2m1 weights (fp8_fp4_mm, weight-only MXFP4), also asked of explain.
+void check_e2m1_extent(char const* op, int64_t k);
 
 // Each op's whole entry check, in the order its messages are tested, called by both its CPU
 // (ops.cpp) and CUDA (dispatch.cpp) entries, so the two accept and refuse the same calls.

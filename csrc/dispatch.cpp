@@ -200,13 +200,8 @@ struct Operands {
 };
 
 Request request_for(Problem const& p, DType a, DType b, ScaleMode scale, std::optional<c10::string_view> config) {
-  Request req;
-  req.m = p.m, req.n = p.n, req.k = p.k;
-  req.a = a, req.b = b;
-  req.d = to_dtype(p.out_dtype);
-  req.scale = scale;
-  if (config) req.config = std::string(config->data(), config->size());
-  return req;
+  return make_request(p.m, p.n, p.k, a, b, to_dtype(p.out_dtype), scale,
+                      config ? std::optional<std::string>(std::string(config->data(), config->size())) : std::nullopt);
 }
 
 at::ScalarType torch_dtype(DType d) {
@@ -230,7 +225,6 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
       (reinterpret_cast<uintptr_t>(in.w.data_ptr()) % kernel::sm100_mx::kFp4TmaAlign ||
        (in.w.size(0) > 1 && in.w.stride(0) % kernel::sm100_mx::kFp4TmaAlign)))
     req.b_k_major = true, req.b_needs_copy = true;
-  req.d_aligned = (p.n * int64_t(c10::elementSize(p.out_dtype))) % 16 == 0;
   Choice const c = choose_kernel_cached(op, *mod.table, req);
   KernelEntry const& e = *c.entry;
   self_check::ensure(op, mod, e, in.a.get_device());

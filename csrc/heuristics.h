@@ -41,9 +41,19 @@ struct Choice {
   std::vector<std::string> log;         // the decision, one line per rule applied
 };
 
-// Throws (TORCH_CHECK) with the list of what is available when nothing fits. `explain` fills
-// Choice::log (the chosen kernel's line, then the configs turned down and why).
-Choice choose_kernel(char const* op, KernelTable const& table, Request const& req, bool explain = false);
+// The one constructor of a Request (the ops' launch and explain/tune's describe): the problem, its
+// operands' element kinds, the output and the scales; D's TMA alignment follows from N and the
+// output dtype. The callers set what else they know (majorness, copies, SMs, fast accumulation).
+Request make_request(int64_t m, int64_t n, int64_t k, DType a, DType b, DType d, ScaleMode scale,
+                     std::optional<std::string> config);
+
+// Throws (TORCH_CHECK) with the list of what is available when nothing fits.
+Choice choose_kernel(char const* op, KernelTable const& table, Request const& req);
+// The same decision, printable (persistent_gemm.explain): Choice::log holds the chosen kernel's
+// line, the other eligible configs fastest first with why each lost, and the configs turned down
+// with their reasons. Where no config fits an unforced request it does not throw: entry is null
+// and the log holds the reasons.
+Choice explain_kernel(char const* op, KernelTable const& table, Request const& req);
 // The same decision without a log, remembered per thread for the last few problems (the op path).
 Choice choose_kernel_cached(char const* op, KernelTable const& table, Request const& req);
 // Whether some built kernel could serve `req` at all (its operands, scale mode, output dtype or

@@ -96,50 +96,63 @@ std::pair<ArchModule const*, Request> describe(char const* op, std::string const
   for (auto const& a : registered_arches())
     if (arch == a.table->arch) mod = &a;
   TORCH_CHECK_VALUE(mod, msg(op, ": no kernel module for arch '", arch, "' is built"));
-  Request r;
-  r.m = m, r.n = n, r.k = k;
   // The MX families: e4m3 activations with e8m0 block scales, e4m3 or e2m1 weights; the
   // weight-only ones (bf16x...): bf16 activations without scales.
   bool const weight_only = dtype == "bf16xe4m3" || dtype == "bf16xe2m1";
   bool const mx = dtype == "mxfp8" || dtype == "e4m3xe2m1" || weight_only;
-  r.a = r.b = mx ? DType::E4M3 : parse(dtype, "dtype");
-  if (dtype == "e4m3xe2m1" || dtype == "bf16xe2m1") r.b = DType::E2M1;
-  if (weight_only) r.a = DType::BF16;
-  r.d = parse(out_dtype, "out_dtype");
+  bool const e2m1 = dtype == "e4m3xe2m1" || dtype == "bf16xe2m1";
+  DType const a = weight_only ? DType::BF16 : mx ? DType::E4M3 : parse(dtype, "dtype");
+  DType const d = parse(out_dtype, "out_dtype");
+  // The ops' own rules on the problem, so that explain never picks a kernel for a call the op refuses.
+  if (e2m1) check_e2m1_extent(op, k);
+  TORCH_CHECK_VALUE(!weight_only || d == DType::BF16 || d == DType::FP32,
+                    msg(op, ": weight_only_mm writes the activations' dtype bf16 or fp32, got out_dtype ", out_dtype));
+  Request r = make_request(m, n, k, a, e2m1 ? DType::E2M1 : mx ? DType::E4M3 : a, d,
+                           mx                  ? ScaleMode::Block32  // e8m0 scales, applied in the mainloop
+                           : scale == "tensor" ? ScaleMode::Tensorwise
+                           : scale == "row"    ? ScaleMode::Rowwise
+                                               : ScaleMode::None,
+                           config);
   r.a_k_major = a_k_major, r.b_k_major = b_k_major;
-  r.scale = mx ? ScaleMode::Block32  // the MX families' e8m0 scales, applied in the mainloop
-            : scale == "tensor" ? ScaleMode::Tensorwise
-            : scale == "row"    ? ScaleMode::Rowwise
-                                : ScaleMode::None;
-  r.d_aligned = (n * (r.d == DType::FP32 ? 4 : 2)) % 16 == 0;
   // sm_count <= 0: the reference part of the arch's cost model (H200: 132, B200: 148).
   r.sm_count = sm_count > 0 ? sm_count : mod->table->reference_sm_count;
-  r.config = config;
   r.fast_accum = fast_accum;
   return {mod, r};
 }
 
-// The dispatcher's decision for a problem, without running it (persistent_gemm.explain).
+// The dispatcher's decision for a problem, without running it (persistent_gemm.explain). Where no
+// built kernel fits, the decision is what the op does instead: weight_only_mm's reference, or
+// no kernel at all ("none": the op refuses the problem on this arch's GPU; CPU tensors run the
+// op's reference anywhere).
 py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::string const& dtype,
                  std::string const& out_dtype, bool a_k_major, bool b_k_major, std::string const& scale,
                  int sm_count, std::optional<std::string> config, bool fast_accum) {
   auto const [mod, r] = describe("explain", arch, m, n, k, dtype, out_dtype, a_k_major, b_k_major, scale, sm_count,
                                  config, fast_accum);
   if (config) check_config_accum("explain", c10::string_view(*config), fast_accum);
+  Choice c = explain_kernel("explain", *mod->table, r);
+  KernelTable const& t = *mod->table;
   py::dict d;
-  if (r.a == DType::BF16 && r.scale == ScaleMode::Block32 && !config && !has_candidate(*mod->table, r)) {
-    // weight_only_mm without a kernel for this problem (dispatch.cpp): its reference runs.
-    d["config"] = "reference";
-    d["log"] = std::vector<std::string>{
-        "no weight-only kernel fits (the decode GEMV takes M <= 64 tokens of bf16 and K % 32 == 0): "
-        "weight_only_mm runs its exact reference (the weight dequantized exactly, fp64 sums on a GPU, rounded once)"};
-    for (char const* key : {"tma_store", "copy_a", "copy_b", "pad_d", "pad_m", "tuned", "swap_ab", "fast_accum"}) d[key] = false;
+  d["sm_count"] = r.sm_count;
+  d["cost_model_measured"] = t.cost.measured;
+  d["tuned"] = c.tuned;
+  if (!c.entry) {
+    bool const weight_only = r.scale == ScaleMode::Block32 && r.a != DType::E4M3;
+    std::string const arch_name = t.arch;
+    std::string const why = t.count ? "none of the " + std::to_string(t.count) + " built " + arch_name +
+                                          " kernel variants fits (the reasons below)"
+                                    : "this build holds no " + arch_name + " kernel (PGEMM_KERNELS)";
+    c.log.insert(c.log.begin(), "no kernel: " + why +
+                                    (weight_only ? "; weight_only_mm runs its exact reference (the weight dequantized "
+                                                   "exactly, fp32 sums, rounded once)"
+                                                 : "; on an " + arch_name + " GPU the op refuses this problem, and "
+                                                   "CPU tensors run its reference"));
+    d["config"] = weight_only ? "reference" : "none";
+    for (char const* key : {"tma_store", "copy_a", "copy_b", "pad_d", "pad_m", "swap_ab", "fast_accum"}) d[key] = false;
     d["estimate_us"] = 0.0;
-    d["sm_count"] = r.sm_count;
-    d["cost_model_measured"] = mod->table->cost.measured;
+    d["log"] = c.log;
     return d;
   }
-  Choice const c = choose_kernel("explain", *mod->table, r, /*explain=*/true);
   d["config"] = c.entry->config;
   d["tma_store"] = c.entry->tma_store;
   d["copy_a"] = c.copy_a;
@@ -147,10 +160,7 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   d["pad_d"] = c.pad_d;
   d["log"] = c.log;
   d["pad_m"] = c.pad_m;
-  d["estimate_us"] = estimate(r, *c.entry, mod->table->cost, c.pad_m).us;
-  d["sm_count"] = r.sm_count;
-  d["cost_model_measured"] = mod->table->cost.measured;
-  d["tuned"] = c.tuned;
+  d["estimate_us"] = estimate(r, *c.entry, t.cost, c.pad_m).us;
   d["swap_ab"] = c.entry->swap_ab;
   d["fast_accum"] = c.entry->fast_accum;
   return d;
@@ -188,6 +198,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::dict d;
         d["arch"] = mod.table->arch;
         d["config"] = e.config;
+        d["family"] = e.family;
         d["a_k_major"] = e.a_k_major;
         d["b_k_major"] = e.b_k_major;
         d["d_dtype"] = int(e.d_dtype);

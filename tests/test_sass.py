@@ -27,7 +27,7 @@ def sass(arch: str) -> str:
 
 
 def _built_families(arch: str) -> set:
-    return {parse_name(e["config"]).dtype for e in pg._C.built_kernels() if e["arch"] == arch}
+    return {e["family"] for e in pg._C.built_kernels() if e["arch"] == arch}
 
 
 def test_sm90a_uses_wgmma_and_tma():
@@ -78,7 +78,7 @@ def test_sm100a_mx_kernels_issue_block_scaled_mma():
     copies the scale factors smem -> TMEM (UTCCP 4x32dp128bit); the 2-SM ones in their .2CTA
     forms. One such kernel per built SM100 MX entry."""
     text = sass("sm100a")
-    entries = [e for e in pg._C.built_kernels() if e["arch"] == "sm100a" and parse_name(e["config"]).dtype in ("mxfp8", "e4m3xe2m1")]
+    entries = [e for e in pg._C.built_kernels() if e["arch"] == "sm100a" and e["family"] in ("mxfp8", "e4m3xe2m1")]
     if not entries:
         pytest.skip("no sm100a MX kernel built")
     mx = {name: body for name, body in _functions(text).items() if "BlockScaled" in name}
@@ -102,7 +102,7 @@ def test_sm100a_scaled_mm_kernels_issue_f8f6f4_mma_and_read_their_scales():
     UTCHMMA; loads by TMA, stores by TMA, and reads its fp32 scales in the epilogue (LDG: a
     scalar broadcast for tensorwise, a row and a column broadcast for rowwise)."""
     text = sass("sm100a")
-    entries = [e for e in pg._C.built_kernels() if e["arch"] == "sm100a" and e["config"].split("_")[1] == "e4m3"]
+    entries = [e for e in pg._C.built_kernels() if e["arch"] == "sm100a" and e["family"] == "e4m3"]
     if not entries:
         pytest.skip("no sm100a scaled_mm kernel built")
     fp8 = {name: body for name, body in _functions(text).items()

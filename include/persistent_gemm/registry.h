@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 13;
+constexpr int kRegistryAbiVersion = 14;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -129,6 +129,7 @@ struct KernelGeometry {
 // table is a C++20 .cpp), so a new field is named where it is filled.
 struct KernelEntry {
   const char* config;   // canonical catalogue name, e.g. sm90a_bf16_128x256x64_c2x1_sw8_row_coop
+  const char* family;   // its dtype field (bf16, e4m3, mxfp8, e4m3xe2m1, bf16xe2m1, ...): what op it serves
   DType a_dtype, b_dtype, d_dtype;
   bool a_k_major, b_k_major;
   ScaleMode scale_mode;

@@ -62,7 +62,7 @@ def variants(config: KernelConfig) -> list[Variant]:
 
 
 _PARITY_ROW = Template(
-    '    {"${name}", ${in_catalogue}, &schedule_order<'
+    '    {"${name}", ${in_catalogue}, "${family}", ${fast_accum}, &schedule_order<'
     "PersistentTileScheduler<${schedule_tag}, ${tile_m}, ${tile_n}>>},\n"
 )
 
@@ -228,7 +228,8 @@ _STYLE_ENUM = {"cooperative": "Cooperative", "pingpong": "PingPong", "gemv": "Ge
 # One KernelEntry (registry.h), its fields by name: C++20 designated initialisers, which the
 # kernel table (a .cpp: build_flags.CXX_FLAGS, -std=c++20) allows; the .cu kernels stay C++17.
 _ENTRY = Template(
-    "    {.config = ${config}, .a_dtype = DType::${a}, .b_dtype = DType::${b}, .d_dtype = DType::${d},\n"
+    "    {.config = ${config}, .family = ${family},\n"
+    "     .a_dtype = DType::${a}, .b_dtype = DType::${b}, .d_dtype = DType::${d},\n"
     "     .a_k_major = ${a_k_major}, .b_k_major = ${b_k_major}, .scale_mode = ScaleMode::${scale}, "
     ".tma_store = ${tma_store},\n"
     "     .fast_accum = ${fast_accum}, .swap_ab = ${swap_ab}, .fused_bias = ${fused_bias}, .route = MxRoute::${route},\n"
@@ -238,7 +239,7 @@ _ENTRY = Template(
     "     .run = ${run}, .workspace = ${workspace}},\n"
 )
 #: The table's closing row (config nullptr): keeps kEntries non-empty when no kernel is built.
-_END_ROW = _ENTRY.substitute(config="nullptr", a="BF16", b="BF16", d="BF16", a_k_major="true", b_k_major="true",
+_END_ROW = _ENTRY.substitute(config="nullptr", family="nullptr", a="BF16", b="BF16", d="BF16", a_k_major="true", b_k_major="true",
                              scale="None", tma_store="true", fast_accum="false", swap_ab="false", fused_bias="false",
                              route="Promote", tile_m=0, tile_n=0, tile_k=0, cluster_m=1, cluster_n=1,
                              style="Cooperative", split_k=1, stream_k="false", run="nullptr", workspace="nullptr")
@@ -272,8 +273,11 @@ def ident(text: str) -> str:
 
 def catalogue_table(configs: Sequence[KernelConfig] = CATALOGUE,
                     probes: Sequence[KernelConfig] = PARITY_PROBES) -> str:
-    rows = "".join(_PARITY_ROW.substitute(c.template_args(), in_catalogue="true") for c in configs)
-    rows += "".join(_PARITY_ROW.substitute(c.template_args(), in_catalogue="false") for c in probes)
+    def row(c: KernelConfig, in_catalogue: str) -> str:
+        return _PARITY_ROW.substitute(c.template_args(), in_catalogue=in_catalogue, family=c.dtype,
+                                      fast_accum=str(c.accum == "fast").lower())
+
+    rows = "".join(row(c, "true") for c in configs) + "".join(row(c, "false") for c in probes)
     archs = "".join(f'    {{"{a.name}", "{a.torch_arch}", {a.sm[0]}, {a.sm[1]}}},\n' for a in ARCHS.values())
     return _CATALOGUE_TABLE.substitute(rows=rows, archs=archs)
 
@@ -394,6 +398,7 @@ def kernel_table(arch: str, configs: Sequence[KernelConfig], chosen: Optional[di
                 fused_bias=str(ARCHS[arch].fused_bias).lower(),
                 route=_ROUTE_ENUM[c.route],
                 config=f'"{c.name}"',
+                family=f'"{c.dtype}"',
                 run=f"&gen::run_{kid}",
                 workspace=f"&gen::workspace_{kid}",
             ))

@@ -24,6 +24,9 @@ OUT_DTYPES = ("bf16", "fp16", "fp32")
 SCALES = ("none", "tensor", "row")
 #: The kernels index tiles and elements with 32-bit extents (the ops refuse M, N, K >= 2^31).
 MAX_EXTENT = 2**31 - 1
+#: :attr:`Decision.config` where no built kernel fits: weight_only_mm's exact reference runs, or
+#: ("none") the op refuses the problem on that arch's GPU (CPU tensors run the op's reference).
+NO_KERNEL = ("reference", "none")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class Decision:
     def render(self, path, *, highlight=None):
         """Draw the chosen config's schedule over this problem to ``path`` (see
         :func:`persistent_gemm.tools.picture.plot`; a swap-AB kernel's grid is over (N, M))."""
+        if self.config in NO_KERNEL:
+            raise ValueError(f"no schedule to draw: no kernel was chosen ({self.log[0]})")
         from .schedule import default_workers
         from .tools.picture import plot  # a tool, imported only to draw: the library loads without it
 
@@ -131,13 +136,20 @@ def _device_defaults(arch, sm_count):
 def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[str] = None,
             layout: str = "rc", scale: str = "none", arch: Optional[str] = None, sm_count: Optional[int] = None,
             config=None, use_fast_accum: bool = False, render=None) -> Decision:
-    """The kernel ``mm``/``scaled_mm`` would pick for an (M, N, K) problem.
+    """The kernel an op would run for an (M, N, K) problem on a GPU, and why.
 
-    ``M``, ``N``, ``K``: positive ints below 2^31. ``dtype``: ``"bf16"``, ``"fp16"`` (mm),
-    ``"e4m3"`` (scaled_mm), ``"mxfp8"`` (mxfp8_mm), ``"e4m3xe2m1"`` (fp8_fp4_mm), ``"bf16xe4m3"`` or
-    ``"bf16xe2m1"`` (weight_only_mm with an MXFP8 / MXFP4 weight: ``config == "reference"`` where no
-    kernel fits, and the op runs its exact reference); the op's name, the
-    pg.nn format (``"fp8_rowwise"``, ``"fp8_fp4"``), ``"mxfp4"`` and torch dtypes are accepted too. ``out_dtype``: ``"bf16"``, ``"fp16"`` or ``"fp32"``; defaults to the
+    ``M``, ``N``, ``K``: positive ints below 2^31. ``dtype`` names the op by its operands:
+    ``"bf16"``, ``"fp16"`` (mm), ``"e4m3"`` (scaled_mm), ``"mxfp8"`` (mxfp8_mm), ``"e4m3xe2m1"``
+    (fp8_fp4_mm: e4m3 activations x MXFP4 weights), ``"bf16xe4m3"`` or ``"bf16xe2m1"`` (weight-only:
+    ``pg.mm`` of bf16 activations and an MXFP8 / MXFP4 prepared weight); the op's name, the pg.nn
+    format (``"fp8_rowwise"``, ``"fp8_fp4"``, ``"mxfp4_weight_only"``), ``"mxfp4"`` (fp8_fp4_mm's
+    operands; the weight-only use of the same weight is ``"bf16xe2m1"``) and torch dtypes are
+    accepted too. The op's own rules on the problem apply (K a multiple of 32 for e2m1 weights).
+    Where no built kernel fits, :attr:`Decision.config` is ``"reference"`` (weight-only: the op runs
+    its exact reference) or ``"none"`` (the op refuses the problem on that GPU; a build without
+    kernels, ``PGEMM_KERNELS='^none$'``, says so here), and the log says why. On a machine without
+    a CUDA GPU the decision is still the GPU's (the ops run their CPU references there): its last
+    log line says so. ``out_dtype``: ``"bf16"``, ``"fp16"`` or ``"fp32"``; defaults to the
     input dtype for mm, bf16 for fp8. ``layout`` is two letters, for a (M, K) and b (K, N):
     ``r`` row-major, ``c`` column-major (``"rc"``: both K-major, the fast path). ``scale``:
     ``"none"`` for mm; ``"tensor"`` or ``"row"`` for scaled_mm (dtype ``"e4m3"`` needs one of
@@ -186,9 +198,12 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     d = ext.explain(arch, M, N, K, dtype, out, a_k_major=layout[0] == "r",
                                     b_k_major=layout[1] == "c", scale=scale, sm_count=sm_count or 0, config=config,
                                     fast_accum=use_fast_accum)
+    log, sms = list(d["log"]), int(d.get("sm_count", sm_count or ARCH_SPECS[arch].sm_count))
+    if not torch.cuda.is_available():
+        log.append(f"no CUDA GPU here: the ops run their CPU references on this machine; this is the decision for "
+                   f"an {arch} GPU with {sms} SMs" + (" (the arch's reference part)" if sm_count is None else ""))
     dec = Decision(d["config"], d["tma_store"], d["copy_a"], d["copy_b"], d["pad_d"], d["pad_m"], d["estimate_us"],
-                   list(d["log"]), bool(d.get("fast_accum", False)), bool(d.get("swap_ab", False)),
-                   int(d.get("sm_count", sm_count or ARCH_SPECS[arch].sm_count)),
+                   log, bool(d.get("fast_accum", False)), bool(d.get("swap_ab", False)), sms,
                    bool(d.get("cost_model_measured", ARCH_SPECS[arch].cost.measured)), bool(d.get("tuned", False)),
                    (M, N, K))
     if render is not None:

@@ -15,9 +15,13 @@ namespace persistent_gemm::host {
 constexpr int kOrderColumns = 8;
 using OrderFn = std::vector<int32_t> (*)(int m, int n, int l, int k_tiles, int workers);
 
+// A config's name and what the checks need of it without parsing the name again (Python's
+// parse_name wrote these fields): its dtype family and accumulation.
 struct CatalogueRow {
   char const* name;
   bool in_catalogue;  // false: a scheduler probe for the parity tests, no kernel exists
+  char const* family;
+  bool fast_accum;
   OrderFn order;
 };
 
