@@ -30,7 +30,7 @@ double bytes_of(DType t) {
 // and serial with the loads: measured, a 1-row decode M against 128-row tiles ran 2x slower.
 // Constants: H200 (132 SMs), fitted to sweeps of every built config forced on every benchmark
 // shape (bench_mm.py --sweep; per-call times there include ~13 us of launch and host). The
-// committed benchmarks/results/h200_sweep.csv is the check: there the configs this model picks
+// benchmarks/results/h200_sweep.csv (in git at 7d1ac21) is the check: there the configs this model picks
 // run within 0.7% (geometric mean over 32 shapes) of the fastest built config per shape.
 namespace model {
 // Arch-independent terms, fitted on the H200 (see above). The arch's own constants (clock, MMA
@@ -48,7 +48,7 @@ constexpr double kFp32LanesPerClk = 128;
 constexpr double kMxTileOverheadClk = 120;
 // FMUL + FFMA are 2 ops per element and block; the prefill kernels run at about half that issue
 // rate (ptxas serializes their wgmmas, docs/design/sm90_mx_mainloop.md): fitted to the H200's
-// promoted 128x128 rows at 8192^3 (355 TFLOP/s mxfp8, 306 FP8 x FP4; benchmarks/results/h200_mx.md).
+// promoted 128x128 rows at 8192^3 (355 TFLOP/s mxfp8, 306 FP8 x FP4; benchmarks/results/h200_mx.md at 7d1ac21).
 // Until issue 22 the K-tile time took the MMA's clocks even where this bound was longer, so the
 // model put these kernels at 3.5x their measured speed.
 constexpr double kMxPromoteOps = 4.2;
@@ -60,7 +60,7 @@ constexpr double kMxPromoteOps = 4.2;
 constexpr double kMxFoldOps = kMxPromoteOps;
 // The wgmma MX decode tiles (ping-pong, swap-AB: 64 weight rows x 16..64 tokens) are latency-
 // bound, not issue-bound: per K-tile four dependent wgmma -> wait -> promote steps. Fitted to
-// the H200 decode rows (benchmarks/results/h200_mx.md: 64x16 at 1x8192^2 44.8 us, 64x64 at
+// the H200 decode rows (benchmarks/results/h200_mx.md at 7d1ac21: 64x16 at 1x8192^2 44.8 us, 64x64 at
 // 64x8192^2 53.8 us: about 1100 clocks per K-tile beside the modelled wgmma and promotion).
 // (Refit when the K-tile time became bound + overhead, issue 22: the same 44.8 / 53.8 us.)
 constexpr double kMxDecodeChainClk = 640;
@@ -72,15 +72,15 @@ constexpr double kCopyLaunchUs = 6.0;          // one extra copy (pad_m), mostly
 // stores and loads around it. A prior, not yet fitted to a sweep.
 constexpr double kSplitFixupUs = 2.0;
 // Stream-K: a fixed cost beside the split fix-up's, fitted to the H200 sweep (kernel time,
-// benchmarks/results/issue27/h200_kt_sweep.csv): each stream-K kernel ran 6-8 us behind its
+// tests/data/h200_issue27_suite_sweep_kernel_time.csv): each stream-K kernel ran 6-8 us behind its
 // data-parallel twin where its tail saved nothing (2048^3, 4096^3, decode rows), in its second
 // piece per worker, the partials' stores and loads and the reducers' waits.
 constexpr double kStreamKFixedUs = 5.0;
 // ... and a rate: where the tail is a small part of many waves, the model's gain from filling it
 // (1-3%) is inside what a stream-K kernel loses over its whole run. Measured against the twin at
 // 8192x28672x8192, 8192x8192x28672 and 8192^3 (bf16 128x256): 6.0%, 7.7%, 2.7% slower on the
-// H100 (issue27/h100_s13); 0.1% faster, 5.3% slower, 1.4% faster on the H200. No physical term
-// fitted both GPUs (the tail's lost L2 reuse explains long K and contradicts 8192^3), so this is a
+// H100 (benchmarks/results/issue27/h100_s13 at 7d1ac21); 0.1% faster, 5.3% slower, 1.4% faster
+// on the H200. No physical term fitted both GPUs (the tail's lost L2 reuse explains long K and contradicts 8192^3), so this is a
 // minimum gain: behind a data-parallel head, stream-K is chosen only where its tail saves more
 // than 4% of the run. Not where all of the work is dealt stream-K (fewer units than two waves:
 // every piece starts at once, evenly dealt): there it won where the model said it would (e4m3
@@ -90,7 +90,7 @@ constexpr double kStreamKRateLoss = 0.04;
 // (ramp of the first stages, the last strips' cross-CTA reduction), or, at larger M, its issue
 // rate: per 16 weight rows x 32 K and n8 token tile an mma.sync with its scale FMULs and FFMAs,
 // plus the e2m1 -> e4m3 conversion once per 16 x 32 weights (clocks of one SM, 4 schedulers).
-// Fitted on the H200 (benchmarks/results/issue21/h200_decode_gemv.md): e4m3 weights stream at
+// Fitted on the H200 (benchmarks/results/issue21/h200_decode_gemv.md at 7d1ac21): e4m3 weights stream at
 // 4.28 TB/s marginal between N = 8192 and 28672 (1.3x the rate the tile GEMMs reach, ArchCost)
 // after a 7.7 us intercept (launch included); the issue terms from the e2m1 rows (M = 1, 16), which
 // are bound by instruction issue, not by the stream.
@@ -101,7 +101,7 @@ constexpr double kGemvClkPerMma = 10.0;
 // and 11 % (16x8192^2) on the H100 (h100_probe_e2m1_f16_placement.txt): the term scaled to match.
 constexpr double kGemvClkPerConvert = 16.0;
 // The MX bf16 route: its GEMM runs at the bf16 tensor rate, slowed by the weight's conversion
-// in the consumers (H200 probe, benchmarks/results/issue22: 8192^3 at 0.88x of bf16 torch.mm,
+// in the consumers (H200 probe, benchmarks/results/issue22 at 7d1ac21: 8192^3 at 0.88x of bf16 torch.mm,
 // 2048x8192^2 at 0.93x, GEMM alone); its pre-pass reads the activations (e4m3) and scales and
 // writes them as bf16 (3 bytes per element) plus a second launch.
 constexpr double kBf16RouteConvertSlowdown = 1.12;
@@ -159,10 +159,10 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   // Out-of-bounds rows of the last M-tile (A) and columns of the last N-tile (B): a worker meets
   // about waves / (tiles along that dimension) such tiles, and every one if there is only one.
   // A 16-wide N tile (the swap-AB decode kernels' tokens) zero-fills a box a sixteenth of the
-  // weight's: measured, M = 1 and M = 16 run within 1% there (benchmarks/results/issue12).
+  // weight's: measured, M = 1 and M = 16 run within 1% there (benchmarks/results/issue12 at 7d1ac21).
   // A B panel multicast along M is loaded in slices, one per CTA of the cluster, so each SM's
   // TMA zero-fills only its slice of the missing columns. Measured (H100, benchmarks/results/
-  // issue27/h100_s12): 128x208 in 4-CTA clusters ran 12% faster than 128x256 in 2-CTA ones at
+  // issue27/h100_s12 at 7d1ac21): 128x208 in 4-CTA clusters ran 12% faster than 128x256 in 2-CTA ones at
   // 1000x3000x5000, where the undivided fill ranked it 7% slower. A's term stays undivided: its
   // constant was fitted on 1-row decode problems on ping-pong tiles clustered along N.
   int64_t const oob_m = pad_m ? 0 : mt * g.tile_m - r.m, oob_n = g.tile_n <= 16 ? 0 : nt * g.tile_n - r.n;

@@ -203,9 +203,10 @@ Ranking rank(char const* op, KernelTable const& table, Request const& r, bool ex
     // Their predicated stores carry no pass penalty (below), so on a large unaligned D they would
     // otherwise win on pass count alone. Measured: the 16-wide tiles ran 2x slower than a non-swap
     // tile at M = 64 already (H200 sweep); the wide tiles with full-width wgmmas won at 129-257
-    // tokens and lost from 3 bands of 144 or 5 of 96 on (H100, issue 27's h100_s11 sweep), where
-    // the model's estimates rank them correctly; below 129 tokens they were not measured
-    // winning, and below 65 they would compute mostly padding where the decode tiles are best.
+    // tokens and lost from 3 bands of 144 or 5 of 96 on (H100,
+    // tests/data/h100_stop38_swapab_128x144_sweep_kernel_time.csv), where the model's estimates
+    // rank them correctly; below 129 tokens they were not measured winning, and below 65 they
+    // would compute mostly padding where the decode tiles are best.
     int64_t const swap_n = e.geometry.tile_n;
     bool const decode_tile = swap_n <= kSwapAbMaxTokens;
     if (!r.config && e.swap_ab && e.scale_mode != ScaleMode::Block32 &&

@@ -27,7 +27,7 @@ def test_large_square_takes_the_cooperative_tile():
     """The 128x256 cooperative tile, data-parallel. At 8192^3 (15.5 waves) its stream-K twin fills
     the last part-wave, which the model puts 2.6% ahead: under the 4% minimum gain
     (cost_model.cpp, kStreamKRateLoss). Measured, the twin ran 1.4% ahead on the H200 and 2.7%
-    behind on the H100 (benchmarks/results/issue27)."""
+    behind on the H100 (benchmarks/results/issue27 at 7d1ac21)."""
     d = pg.explain(8192, 8192, 8192)
     assert d.config == "sm90a_bf16_128x256x64_c2x1_sw8_row_coop"
     assert pg.explain(4096, 4096, 4096).config == "sm90a_bf16_128x256x64_c2x1_sw8_row_coop"  # 3.9 waves
@@ -39,7 +39,8 @@ def test_stream_k_needs_a_real_gain_behind_data_parallel_waves():
     """Behind data-parallel waves a stream-K tail must save more than 4% (kStreamKRateLoss): at
     8192x8192x28672 (15.5 waves) the model's 3% gain lost 5.3-7.7% measured, so the data-parallel
     twin. A problem dealt stream-K whole is not charged: e4m3 promoted 1000x3000x5000 (96 units on
-    66 clusters) keeps its stream-K tile, 2.7% ahead of the twin on the H100 (issue27/h100_s13)."""
+    66 clusters) keeps its stream-K tile, 2.7% ahead of the twin on the H100
+    (benchmarks/results/issue27/h100_s13 at 7d1ac21)."""
     assert pg.explain(8192, 8192, 28672).config == "sm90a_bf16_128x256x64_c2x1_sw8_row_coop"
     d = pg.explain(1000, 3000, 5000, dtype="e4m3", scale="tensor")
     assert d.config == "sm90a_e4m3_128x128x128_c2x1_sw8_row_streamk_coop", d.log[:3]
@@ -136,7 +137,7 @@ def test_partial_m_tile_is_padded_when_zero_fill_costs_more():
 
 @pytest.mark.parametrize("dtype", ["mxfp8", "e4m3xe2m1"])
 def test_mx_prefill_takes_the_bf16_route_and_says_why(dtype):
-    # Issue 22's H200 rows (benchmarks/results/issue22/h200_issue22_prefill.md): at 8192^3 the bf16
+    # Issue 22's H200 rows (benchmarks/results/issue22/h200_issue22_prefill.md at 7d1ac21): at 8192^3 the bf16
     # route ran 1833 / 1761 us, the promoting 128x128 kernels 3218 / 3598 us.
     for m in (2048, 8192):
         d = pg.explain(m, 8192, 8192, dtype=dtype)

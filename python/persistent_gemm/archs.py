@@ -105,7 +105,7 @@ _H200 = CostModel(
     clock_ghz=1.755, flops_per_clk_16bit=4096, mma_eff_max=0.89, stage_overhead_clk=100,
     sm_load_bytes_per_us=80e3, dram_bytes_per_us=3.26e6, l2_bytes_per_us=7.6e6, launch_us=4.0,
     mx_scales_in_alu=True, measured=True,
-    source="fitted on an H200 (benchmarks/results/h200_sweep.csv)")
+    source="fitted on an H200 (benchmarks/results/h200_sweep.csv, in git at 7d1ac21)")
 
 # Published B200 figures (not measured by this project): 148 SMs, 2.25 PFLOP/s dense bf16
 # (8192 flops/SM/clk at ~1.85 GHz), 8 TB/s HBM3e. GEMM-visible fractions (DRAM, L2, per-SM TMA

@@ -55,7 +55,7 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     # Ragged M around 1000 against N around 3000 (the suite's 1000x3000x5000): 208 columns make
     # 8 x 15 = 120 tiles, one wave, where 256 leave 36 SMs idle; four CTAs along M share each B
     # panel by multicast (cuBLAS runs the transposed twin, 200x128 in 1x4 clusters). H100, kernel
-    # time (benchmarks/results/issue27/h100_s12): 48.5 us against 55.2 for 128x256, torch 44.8;
+    # time (benchmarks/results/issue27/h100_s12 at 7d1ac21): 48.5 us against 55.2 for 128x256, torch 44.8;
     # slower everywhere else we timed, where the model ranks it behind (a wgmma N of 208: CuTe's
     # extended shapes, defined in its TU alone).
     _cfg((128, 208, 64), 8, (4, 1)),
@@ -78,7 +78,7 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     # Decode (M <= 16) at the weight's read stream: swap-AB puts the weight on the 64-row wgmma
     # side and the tokens on a 16-wide N, so no MMA work or TMA zero-fill is spent on padding
     # rows, and a stage is 16 KB of weight, 256 B per weight row (two swizzle atoms: measured
-    # 3-5% faster than 128 B rows, benchmarks/results/issue12). Split-K 4 puts every SM on the
+    # 3-5% faster than 128 B rows, benchmarks/results/issue12 at 7d1ac21). Split-K 4 puts every SM on the
     # weight where it has few 64-row tiles (N <= 2048: <= 32 tiles).
     _cfg((64, 16, 128), 1, (1, 1), kernel="pingpong", swap_ab=True),
     _cfg((64, 16, 128), 1, (1, 1), kernel="pingpong", swap_ab=True, split_k=4),
@@ -89,7 +89,7 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     # full-width extent (144: CuTe's extended shapes, defined in its TU alone), so 257 tokens are
     # 2 bands of 144, not 3 of 128; 128 weight rows per cooperative tile, and split-K 2 fills the
     # GPU where the weight has few 128-row tiles (4096 rows x 2 bands: 64 clusters on 66 workers).
-    # H100, kernel time, 257x4096^2 (benchmarks/results/issue27/h100_s11): 25.9 us against 33.0
+    # H100, kernel time, 257x4096^2 (benchmarks/results/issue27/h100_s11 at 7d1ac21): 25.9 us against 33.0
     # for the best tile before.
     _cfg((128, 144, 64), 1, (1, 2), swap_ab=True, split_k=2),
     # Its e4m3 twins. Fast accumulation: the same tile, K = 128 (18.9 us against 21.2 at 257

@@ -206,7 +206,7 @@ CUTLASS_DEVICE void st_release(uint64_t* p, uint64_t v) {
 // CtasPerSm resident CTAs share an SM (each with its own ring): more consumer warps per
 // scheduler to hide the per-block LDS -> convert -> mma -> FFMA latency, fewer stages each.
 // The library instantiates 1 only. Two measured 10 % faster for FP4 at 8 tokens (H100 probe,
-// benchmarks/results/issue21) but fit only some token tiles (16-token FP4 rings do not fit half
+// benchmarks/results/issue21 at 7d1ac21) but fit only some token tiles (16-token FP4 rings do not fit half
 // an SM; 32/64 tokens spill), and a worker count that differs between token tiles changes the
 // stream-K split, so a token's bits would depend on the batch it came in (the test of
 // batch-invariant results forbids it). The probe keeps the experiment runnable.
