@@ -12,9 +12,13 @@ PGEMM_CUTLASS_PATH (or CUTLASS_PATH), MAX_JOBS.
 
 import os
 import re
+import subprocess
 import sys
+import time
 import types
 from pathlib import Path
+from typing import Callable, Iterable, Optional
+from unittest import mock
 
 from setuptools import setup
 
@@ -156,23 +160,123 @@ def extensions():
         nvcc = FLAGS.nvcc_flags(spec.gencode)
         exts.append(CUDAExtension(f"persistent_gemm._C_{name}", rel(sources[name]), include_dirs=includes,
                                   extra_compile_args={"cxx": cxx, "nvcc": nvcc}))
-    announce_build(sources, len(core))
-    return exts
+    return exts, kernel_sources(sources)
 
 
-def announce_build(sources: dict, core_count: int) -> None:
-    """Say up front what the build compiles and how long it takes, and make ninja's per-file
-    progress lines name the count and the elapsed time (shown by ``pip install -v``; a quiet pip
-    keeps them until the end or an error)."""
-    kernels = {arch: sum(1 for p in files if str(p).endswith(".cu") and Path(p).name != "scale_layout.cu")
-               for arch, files in sources.items() if arch != "_C"}
-    jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 1)
-    units = sum(len(files) for files in sources.values()) + core_count
-    per_arch = ", ".join(f"{n} kernel TUs for {arch}" for arch, n in kernels.items())
-    print(f"persistent_gemm: compiling {units} translation units ({per_arch}); each CUTLASS kernel TU "
-          f"takes ~60-120 s and ~4 GB on one core, MAX_JOBS={jobs} at a time. PGEMM_KERNELS=<regex> "
-          "narrows the kernels; pip install -v shows per-file progress.", file=sys.stderr, flush=True)
-    os.environ.setdefault("NINJA_STATUS", "[persistent_gemm %f/%t done, %es] ")
+def kernel_sources(sources: dict) -> dict:
+    """{arch: its CUTLASS kernel TUs}: the generated .cu files but the scale relayout."""
+    return {arch: [Path(p) for p in files if str(p).endswith(".cu") and Path(p).name != "scale_layout.cu"]
+            for arch, files in sources.items() if arch != "_C"}
+
+
+def max_jobs() -> int:
+    """Compile jobs at a time: MAX_JOBS, else one per core (ninja's own default, cores + 2, would
+    overcommit the memory of ~4 GB per kernel TU)."""
+    raw = os.environ.get("MAX_JOBS", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else os.cpu_count() or 1
+
+
+def plan_text(total: int, to_compile: Optional[int], kernels: dict, kernels_to_compile: int, jobs: int) -> str:
+    """The build's plan, said once before compiling: ``to_compile`` of the ``total`` translation
+    units are out of date (None: not known beforehand), ``kernels_to_compile`` of them CUTLASS
+    kernel TUs; ``kernels`` = {arch: kernel TUs in the build}."""
+    in_build = ", ".join(f"{n} kernel TUs for {arch}" for arch, n in kernels.items()) or "no kernel TUs"
+    if to_compile == 0:
+        return f"persistent_gemm: compiling 0 of {total} translation units ({in_build}): all are up to date."
+    count = f"up to {total}" if to_compile is None else f"{to_compile} of {total}"
+    text = f"persistent_gemm: compiling {count} translation units ({in_build}); "
+    if kernels_to_compile:
+        # The cost of a kernel TU is said only where one compiles: the others take seconds.
+        text += (f"{kernels_to_compile} of them CUTLASS kernel TUs, each ~60-120 s and ~4 GB on one core; "
+                 f"{jobs} at a time (MAX_JOBS). PGEMM_KERNELS=<regex> narrows the kernels; ")
+    else:
+        text += f"none of them a CUTLASS kernel TU; {jobs} at a time (MAX_JOBS); "
+    return text + "pip install -v shows per-file progress."
+
+
+class Progress:
+    """The status of each compiled object over the whole build, not per module:
+    ``[persistent_gemm 12/97 done, 431.2s, ~1350s left]`` (scripts/install.sh parses it). The
+    estimate charges each kind of TU (CUTLASS kernel or other: a kernel TU takes several times
+    as long) the time between finishes, so it measures throughput at the jobs running; it is
+    left out until every kind still to compile has a measured mean."""
+
+    def __init__(self, total: int, kernels: int, clock: Callable[[], float] = time.monotonic):
+        self.total, self.done, self.clock = total, 0, clock
+        self.left = {True: kernels, False: total - kernels}
+        self.spent = {True: 0.0, False: 0.0}
+        self.count = {True: 0, False: 0}
+        self.start: Optional[float] = None
+        self.last = 0.0
+
+    def run_started(self) -> None:
+        """A module's ninja run begins: its first finish is charged from here, not from the
+        previous module's last one (linking is nobody's TU)."""
+        self.last = self.clock()
+        if self.start is None:
+            self.start = self.last
+
+    def finished(self, kernel: bool) -> str:
+        now = self.clock()
+        self.done += 1
+        self.spent[kernel] += now - self.last
+        self.count[kernel] += 1
+        self.left[kernel] = max(0, self.left[kernel] - 1)
+        self.last = now
+        eta = self.eta()
+        tail = f", ~{eta:.0f}s left" if eta else ""
+        return f"[persistent_gemm {self.done}/{self.total} done, {now - self.start:.1f}s{tail}]"
+
+    def eta(self) -> Optional[float]:
+        if any(self.left[k] and not self.count[k] for k in self.left):
+            return None
+        return sum(self.left[k] * self.spent[k] / self.count[k] for k in self.left if self.left[k])
+
+
+class Ninja:
+    """Runs the ninja files torch writes per extension module: first ``dry`` (``ninja -n``, what
+    is out of date, nothing written), then ``run``, whose status lines Progress rewrites."""
+
+    #: ninja's status prefix, for setup.py to find its lines among the compilers' output.
+    MARK = "@@persistent_gemm@@ "
+    #: The source of a compile command, ``-c $in`` in torch's rules (its cflags may end in a bare -c).
+    _SOURCE = re.compile(r"\s-c\s+([^-\s]\S*)")
+
+    def __init__(self, kernels: Iterable, jobs: int):
+        self.kernels = {str(Path(p).resolve()) for p in kernels}
+        self.jobs = jobs
+        self.pending: list[str] = []  # sources the dry runs found out of date
+        self.progress: Optional[Progress] = None
+
+    def _env(self) -> dict:
+        return {**os.environ, "NINJA_STATUS": self.MARK}
+
+    def is_kernel(self, status_line: str) -> bool:
+        m = self._SOURCE.search(status_line)
+        return bool(m) and str(Path(m.group(1)).resolve()) in self.kernels
+
+    def dry(self, build_directory: str) -> None:
+        out = subprocess.run(["ninja", "-n", "-v"], cwd=build_directory, env=self._env(), capture_output=True,
+                             text=True, errors="replace", check=True).stdout
+        self.pending += [line for line in out.splitlines() if line.startswith(self.MARK)]
+
+    def plan(self) -> tuple[int, int]:
+        """(TUs to compile, kernel TUs among them), once the dry runs are done."""
+        kernels = sum(map(self.is_kernel, self.pending))
+        self.progress = Progress(len(self.pending), kernels)
+        return len(self.pending), kernels
+
+    def run(self, build_directory: str, error_prefix: str = "Error compiling objects") -> None:
+        self.progress.run_started()
+        proc = subprocess.Popen(["ninja", "-v", "-j", str(self.jobs)], cwd=build_directory, env=self._env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        for line in proc.stdout:
+            if line.startswith(self.MARK):
+                line = f"{self.progress.finished(self.is_kernel(line))} {line[len(self.MARK):]}"
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        if proc.wait():
+            raise RuntimeError(f"{error_prefix}: ninja exited with {proc.returncode} (its output is above)")
 
 
 #: Environment variable: "1" installs the pure-Python package only (schedule tools, catalogue,
@@ -180,16 +284,63 @@ def announce_build(sources: dict, core_count: int) -> None:
 PYTHON_ONLY_ENV = "PGEMM_PYTHON_ONLY"
 
 
-def _persistent_build_dir(base):
-    """build_ext with one fixed object folder (build/temp in the repository). An editable install
-    otherwise compiles into a fresh temporary folder every time, so the README's second command
-    rebuilt every kernel; with a fixed folder ninja recompiles only what changed (codegen rewrites
-    a generated source only when its text changes)."""
+def _build_ext(base, kernels: dict, build_temp: Path = ROOT / "build" / "temp"):
+    """build_ext with one fixed object folder (build/temp in the repository), and the build's plan
+    and progress over all extension modules.
+
+    Object folder: an editable install otherwise compiles into a fresh temporary folder every
+    time, so the README's second command rebuilt every kernel; with a fixed folder ninja
+    recompiles only what changed (codegen rewrites a generated source only when its text changes).
+
+    Plan and progress: torch writes and runs one ninja file per module, each counting from 1 with
+    its own clock. Here each module is first compiled dry (its ninja file written, ``ninja -n``,
+    nothing linked), so the plan says how many TUs of the whole build are out of date, and then
+    for real, through :class:`Ninja`, whose status lines count over the whole build."""
+    counts = {arch: len(files) for arch, files in kernels.items()}
 
     class Build(base):
         def finalize_options(self):
             super().finalize_options()
-            self.build_temp = str(ROOT / "build" / "temp")
+            self.build_temp = str(build_temp)
+
+        def build_extensions(self):
+            import torch.utils.cpp_extension as cpp
+
+            self._ninja = Ninja([p for files in kernels.values() for p in files], max_jobs())
+            self._planned = not callable(getattr(cpp, "_run_ninja_build", None))
+            if self._planned:  # a torch without the hook: its own ninja runs, counted per module
+                total = sum(len(ext.sources) for ext in self.extensions)
+                print(plan_text(total, None, counts, sum(counts.values()), self._ninja.jobs), file=sys.stderr,
+                      flush=True)
+                os.environ.setdefault("NINJA_STATUS", "[persistent_gemm %f/%t done, %es] ")
+                return super().build_extensions()
+
+            def run_ninja(build_directory, verbose=True, error_prefix="Error compiling objects"):
+                if self._planned:
+                    self._ninja.run(build_directory, error_prefix)
+                else:
+                    self._ninja.dry(build_directory)
+
+            with mock.patch.object(cpp, "_run_ninja_build", run_ninja):
+                super().build_extensions()
+
+        def build_extension(self, ext):
+            if not self._planned:
+                self._plan()
+            super().build_extension(ext)
+
+        def _plan(self):
+            link = self.compiler.link_shared_object
+            self.compiler.link_shared_object = lambda *a, **k: None  # the dry pass has no objects to link
+            try:
+                for ext in self.extensions:
+                    super().build_extension(ext)
+            finally:
+                self.compiler.link_shared_object = link
+            self._planned = True
+            total = sum(len(ext.sources) for ext in self.extensions)
+            to_compile, kernel_tus = self._ninja.plan()
+            print(plan_text(total, to_compile, counts, kernel_tus, self._ninja.jobs), file=sys.stderr, flush=True)
 
     return Build
 
@@ -202,8 +353,8 @@ def main():
         require_host_torch()
         locate_cuda()
         from torch.utils.cpp_extension import BuildExtension
-        ext_modules = extensions()
-        cmdclass = {"build_ext": _persistent_build_dir(BuildExtension.with_options(use_ninja=True))}
+        ext_modules, kernels = extensions()
+        cmdclass = {"build_ext": _build_ext(BuildExtension.with_options(use_ninja=True), kernels)}
     setup(
         name="persistent_gemm",
         version=version,

@@ -38,8 +38,9 @@ echo "== build"
 jobs=${MAX_JOBS:-$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
 start=$(date +%s)
 # pip -v streams the build (indented); the filter keeps setup.py's plan line and one line per compiled file
-# (ninja's "[persistent_gemm k/N done, elapsed]" status and the object it wrote); the whole log
-# stays in build/install.log. The objects in build/ are reused by the next install (incremental).
+# (setup.py's "[persistent_gemm k/N done, elapsed(, ~ETA left)]" status, counted over the whole build, and
+# the object it wrote); the whole log stays in build/install.log. The objects in build/ are reused by
+# the next install (incremental). tests/test_setup.py runs this filter on setup.py's status lines.
 mkdir -p "$ROOT/build"
 log="$ROOT/build/install.log"
 echo "   one line per compiled file below; the full log: $log"
@@ -47,8 +48,9 @@ set +e
 MAX_JOBS=$jobs "$PY" -m pip install -v --no-build-isolation --no-deps -e . 2>&1 | tee "$log" | awk '
   /^ *persistent_gemm: compiling/ { sub(/^ +/, ""); print "   " $0; fflush() }
   /^ *\[persistent_gemm [0-9]+\/[0-9]+ done/ {
+    status = $0; sub(/^ +/, "", status); status = substr(status, 1, index(status, "]"))
     out = ""; for (i = 5; i < NF; i++) if ($i == "-o") out = $(i + 1)
-    n = split(out, part, "/"); printf "   %s %s %s %s %s\n", $1, $2, $3, $4, part[n]; fflush()
+    n = split(out, part, "/"); printf "   %s %s\n", status, part[n]; fflush()
   }'
 rc=${PIPESTATUS[0]}
 set -e
