@@ -254,12 +254,12 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = N
 
     ``b`` may be a :class:`PreparedWeight` (MXFP8 or MXFP4, :func:`prepare_weight`): a
     weight-only MX GEMM, the activations staying 16-bit (``torch.ops.persistent_gemm.weight_only_mm``;
-    output in ``a``'s dtype or fp32, ``bias`` as here, no ``alpha``/``beta``). On a GPU, bf16
-    activations of up to 64 tokens run the weight-only decode GEMV (the weight converted to bf16
-    in registers with its block scales applied in fp32 per 32-K block, fp32 sums, one
-    rounding); larger M and fp16 activations run the op's reference (the weight dequantized
-    exactly, fp64 sums on a GPU, one rounding), as :func:`explain` says (dtype ``"bf16xe2m1"``
-    / ``"bf16xe4m3"``). ``config`` forces a weight-only kernel (``sm90a_bf16xe2m1_...``).
+    output in ``a``'s dtype or fp32, ``bias`` as here, no ``alpha``/``beta``). On an SM90 GPU,
+    bf16 activations run fused kernels: the decode GEMV up to 64 tokens (K % 32 == 0), the
+    bf16-route kernels (``..._swapab_bf16route``) for prefill. fp16 activations, and a build
+    with no fitting kernel, run the op's exact reference: the weight dequantized exactly, fp32
+    sums, one rounding. :func:`explain` (dtype ``"bf16xe4m3"`` / ``"bf16xe2m1"``) says which;
+    ``config`` forces a kernel. More in docs/api.md.
 
     Row- and column-major operands run without copies; any other strides (stride-0 broadcast
     views such as ``x.expand(M, K)``, misaligned rows) are copied once to a K-major buffer.
@@ -295,6 +295,9 @@ def addmm(input: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float 
     broadcastable to (M, N) -- a full (M, N) matrix, a column (M, 1), a scalar -- is added
     after the GEMM by torch (unfused, a second rounding for 16-bit outputs).
     """
+    if isinstance(b, torch.Tensor) and b.dim() == 1:  # addmm(a, w.t(), bias): mm would only say "b must be 2-D"
+        raise ValueError(f"persistent_gemm.addmm takes torch.addmm's order, addmm(input, a, b), the bias first: b "
+                         f"is 1-D {tuple(b.shape)}; call addmm(bias, a, b)")
     out = a.dtype if out_dtype is None else out_dtype
     n = b.shape[-1] if b.dim() == 2 else None
     if input.dim() in (1, 2) and input.shape[-1] == n and (input.dim() == 1 or input.shape[0] == 1):
@@ -407,8 +410,8 @@ def fp8_fp4_mm(a: torch.Tensor, b, scale_a: torch.Tensor, scale_b: Optional[torc
     scale folded by the bf16 route at prefill, to e4m3 by the promotion route, to f16 / e4m3 by
     the MX decode GEMV (mma.sync, stream-K over weight strips) at M <= 64. The fold route
     (``config="sm90a_e4m3xe2m1_128x128x128_c1x2_sw8_row_coop_swapab_fold"``: the weight's scale
-    folded into its e4m3 conversion, one FFMA per element per 32-K block) is reached only by
-    ``config=`` until it is measured on a GPU.
+    folded into its e4m3 conversion) ran at half the promotion kernel's speed on the H200; the
+    dispatcher never picks it, so only ``config=`` reaches it (docs/api.md).
     """
     return _mx_op("fp8_fp4_mm", "fp4", "e4m3xe2m1", a, b, scale_a, scale_b, out_dtype, scale_layout, config,
                   scale_b_layout, bias)
