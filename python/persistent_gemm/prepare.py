@@ -99,6 +99,12 @@ def _aligned_rows(w: torch.Tensor) -> torch.Tensor:
     return buf[:, :cols].view(w.dtype)
 
 
+def _blocked_numel(rows: int, blocks: int) -> int:
+    """Scales a (rows, blocks) plain scale holds in the blocked layout (rows padded to 128, blocks to 4)."""
+    rows_p, blocks_p = blocked_shape(rows, blocks)
+    return rows_p * blocks_p
+
+
 def prepare_weight(wq: torch.Tensor, ws: torch.Tensor, *, fmt: str, scale_layout: str = "plain") -> PreparedWeight:
     """Prepare an MX weight once for repeated GEMMs.
 
@@ -132,14 +138,16 @@ def prepare_weight(wq: torch.Tensor, ws: torch.Tensor, *, fmt: str, scale_layout
     if scale_layout == "plain":
         if ws.dim() != 2 or tuple(ws.shape) != (n, blocks):
             hint = ""
-            if ws.dim() == 2 and ws.shape[0] == wq.shape[1]:
+            if ws.numel() == _blocked_numel(n, blocks):
+                hint = ("; ws holds the blocked layout's count of scales for this N and K (what to_blocked "
+                        "returns): pass scale_layout='blocked', or the plain scales the quantizer returned")
+            elif ws.dim() == 2 and ws.shape[0] == wq.shape[1]:
                 hint = ("; wq looks transposed: prepare_weight takes the weight as stored, (N, K) rows (what the "
                         "quantizer returned), not the wq.t() the ops take")
             raise ValueError(f"ws must be (N, ceil(K/32)) = ({n}, {blocks}) plain scales, got {tuple(ws.shape)}{hint}")
         blocked = to_blocked(ws.contiguous())
     else:
-        rows_p, blocks_p = blocked_shape(n, blocks)
-        want = rows_p * blocks_p
+        want = _blocked_numel(n, blocks)
         if ws.numel() != want:
             raise ValueError(f"ws in the blocked layout must hold {want} scales for N = {n}, K = {k}, got {ws.numel()}")
         blocked = ws.contiguous()
