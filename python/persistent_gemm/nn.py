@@ -38,12 +38,14 @@ backward runs through ``mm`` too.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 import torch
 
+from .kernel_config import KernelConfig
 from .quant import _NATIVE_DTYPES, MX_BLOCK, RULES, _rowwise_e4m3_reference, quantize_mxfp4, quantize_mxfp8
 from .scale_layout import to_blocked
 
@@ -66,13 +68,15 @@ class QuantConfig:
     ``format``: one of :data:`FORMATS`. ``rule``: the MX shared-exponent rule of weights and
     activations (``"floor"``, OCP's and this library's default, or ``"rceil"``, the default of
     torchao's MX inference configs). ``use_fast_accum``:
-    fp8_rowwise only, ``torch._scaled_mm``'s meaning. ``config``: a kernel config name forced on
-    every call (``None``: the dispatcher chooses per shape)."""
+    fp8_rowwise only, ``torch._scaled_mm``'s meaning. ``config``: a kernel forced on every call,
+    a canonical name or a :class:`~persistent_gemm.KernelConfig` (kept as its name, as the ops
+    resolve either: one that is not built is compiled at its first eager use); ``None``: the
+    dispatcher chooses per shape. docs/api.md has examples."""
 
     format: str = "bf16"
     rule: str = "floor"
     use_fast_accum: bool = False
-    config: Optional[str] = None
+    config: Union[str, KernelConfig, None] = None
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -87,8 +91,11 @@ class QuantConfig:
             raise TypeError(f"use_fast_accum must be a bool, got {self.use_fast_accum!r}")
         if self.use_fast_accum and self.format != "fp8_rowwise":
             raise ValueError(f"use_fast_accum applies to format='fp8_rowwise' only, not {self.format!r}")
+        if isinstance(self.config, KernelConfig):
+            object.__setattr__(self, "config", self.config.name)  # frozen: one spelling, the name
         if self.config is not None and not isinstance(self.config, str):
-            raise TypeError(f"config must be a config name (str) or None, got {type(self.config).__name__}")
+            raise TypeError(f"config must be a config name (str), a KernelConfig or None, got "
+                            f"{type(self.config).__name__}")
 
 
 def _rowwise_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,6 +131,8 @@ class Linear(torch.nn.Module):
         if not isinstance(qconfig, QuantConfig):
             raise TypeError(f"qconfig must be a QuantConfig, got {type(qconfig).__name__}")
         self.in_features, self.out_features, self.qconfig = int(in_features), int(out_features), qconfig
+        #: The layer's name in the model :func:`quantize_` swapped it into (None: built alone); errors say it.
+        self.fqn: Optional[str] = None
         if qconfig.format in ("fp8_fp4", "mxfp4_weight_only") and self.in_features % MX_BLOCK:
             raise ValueError(f"format={qconfig.format!r} needs in_features % {MX_BLOCK} == 0 (an e2m1 weight's K rule), "
                              f"got in_features={self.in_features}")
@@ -205,8 +214,10 @@ class Linear(torch.nn.Module):
         # returns its input (a same-dtype .to, a 2-D reshape), buffers read from their dict.
         k = self.in_features
         if x.shape[-1] != k:
-            raise ValueError(f"persistent_gemm.nn.Linear: input's last dim is {x.shape[-1]}, "
-                             f"in_features is {k}")
+            raise ValueError(f"{self._who()}: input's last dim is {x.shape[-1]}, in_features is {k}")
+        if not x.is_floating_point():  # else int64 token ids would be cast silently (bf16) or fail deep in an op
+            raise TypeError(f"{self._who()}: the input must be a floating-point tensor (bf16, fp16 or fp32), got "
+                            f"{x.dtype}; token ids go through an embedding first")
         flat = x.dim() == 2
         x2 = x if flat else x.reshape(-1, k)
         q, ops, buffers = self.qconfig, torch.ops.persistent_gemm, self._buffers
@@ -248,6 +259,10 @@ class Linear(torch.nn.Module):
                     config)
         return y if flat else y.reshape(*x.shape[:-1], self.out_features)
 
+    def _who(self) -> str:
+        return (f"persistent_gemm.nn.Linear {self.fqn!r} (format {self.qconfig.format!r})" if self.fqn
+                else f"persistent_gemm.nn.Linear (format {self.qconfig.format!r})")
+
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, format={self.qconfig.format!r}"
@@ -255,6 +270,52 @@ class Linear(torch.nn.Module):
 
 
 FilterFn = Callable[[torch.nn.Module, str], bool]
+
+
+# -- inference-only: a clear error for backward() through a swapped model --------------------------
+class _InferenceOnly(torch.autograd.Function):
+    """The identity on a swapped model's output, with a backward that says why no gradient flows
+    (torch's own error names only "element 0 of tensors")."""
+
+    @staticmethod
+    def forward(ctx, y, anchor, message):
+        ctx.message = message
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError(ctx.message)
+
+
+_ANCHOR: list = []  # one requires-grad leaf that gives the node above a path to backward()
+
+
+def _inference_only_hook(module, args, output, formats=()):
+    """Forward hook of a model quantize_ swapped to a quantized format. Only where backward() could
+    only fail -- eager, grad mode, training mode, an output that requires no grad (nothing it
+    depends on does) -- it hangs _InferenceOnly on the output; model.eval(), torch.no_grad() and
+    torch.compile leave the output as it is."""
+    if (torch.compiler.is_compiling() or not torch.is_grad_enabled() or not module.training
+            or not isinstance(output, torch.Tensor) or output.requires_grad or not output.is_floating_point()):
+        return None
+    if not _ANCHOR:
+        _ANCHOR.append(torch.zeros((), requires_grad=True))
+    return _InferenceOnly.apply(output, _ANCHOR[0], (
+        f"persistent_gemm.nn: this {type(module).__name__}'s swapped Linears ({', '.join(formats)}) are "
+        "inference-only: their weights are quantized, so no gradient flows through them, and nothing else "
+        "its output depends on requires grad. Run it under torch.no_grad() / torch.inference_mode() or after "
+        ".eval() (also the fix for a frozen quantized part whose output feeds layers you train); to train it, "
+        "swap with format 'bf16' (differentiable) or train the float model and quantize it after."))
+
+
+def _hook_inference_only(model: torch.nn.Module) -> None:
+    """(Re)register _inference_only_hook on ``model`` with the quantized formats it holds now."""
+    formats = tuple(sorted({m.qconfig.format for m in model.modules() if isinstance(m, Linear)} - {"bf16"}))
+    for key, hook in list(model._forward_hooks.items()):
+        if isinstance(hook, functools.partial) and hook.func is _inference_only_hook:
+            del model._forward_hooks[key]
+    if formats:
+        model.register_forward_hook(functools.partial(_inference_only_hook, formats=formats))
 
 
 def quantize_(model: torch.nn.Module, config: Union[QuantConfig, str] = "bf16",
@@ -279,11 +340,15 @@ def quantize_(model: torch.nn.Module, config: Union[QuantConfig, str] = "bf16",
             if type(child) is not torch.nn.Linear or (filter_fn is not None and not filter_fn(child, full)):
                 continue
             try:
-                setattr(parent, name, Linear.from_linear(child, config))
+                swap = Linear.from_linear(child, config)
             except ValueError as e:
                 raise ValueError(f"{full}: {e}") from None
+            swap.fqn = full
+            setattr(parent, name, swap)
             swapped += 1
-    if not swapped:
+    if swapped:
+        _hook_inference_only(model)
+    else:
         ours = [m.qconfig.format for m in model.modules() if isinstance(m, Linear)]
         already = (f"; the model already has {len(ours)} persistent_gemm Linear(s) ({', '.join(sorted(set(ours)))}): "
                    "quantize_ swaps torch.nn.Linear only, so swap a fresh copy of the float model" if ours else "")
