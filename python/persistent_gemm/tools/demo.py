@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 import statistics
 import time
 from typing import Optional
@@ -66,11 +67,16 @@ def main(model_weights: Optional[str] = None, model: bool = True) -> int:
     wq8, ws8 = pg.quantize_mxfp8(w.to(device))
     wq4, ws4 = pg.quantize_mxfp4(w.to(device))
     deq_x = pg.dequantize_mxfp8(xq, xs).double()
+    deq_w8, deq_w4 = pg.dequantize_mxfp8(wq8, ws8).double().t(), pg.dequantize_mxfp4(wq4, ws4).double().t()
+    # Weight-only: bf16 activations times a prepared MX weight (torch.ops.persistent_gemm.weight_only_mm).
+    pw8, pw4 = pg.prepare_weight(wq8, ws8, fmt="mxfp8"), pg.prepare_weight(wq4, ws4, fmt="fp4")
     runs = [
         ("mm bf16", lambda: pg.mm(a16, b16), a16.double() @ b16.double()),
         ("scaled_mm e4m3", lambda: pg.scaled_mm(a8, b8, one, one), a8.double() @ b8.double()),
-        ("mxfp8_mm", lambda: pg.mxfp8_mm(xq, wq8.t(), xs, ws8), deq_x @ pg.dequantize_mxfp8(wq8, ws8).double().t()),
-        ("fp8_fp4_mm", lambda: pg.fp8_fp4_mm(xq, wq4.t(), xs, ws4), deq_x @ pg.dequantize_mxfp4(wq4, ws4).double().t()),
+        ("mxfp8_mm", lambda: pg.mxfp8_mm(xq, wq8.t(), xs, ws8), deq_x @ deq_w8),
+        ("fp8_fp4_mm", lambda: pg.fp8_fp4_mm(xq, wq4.t(), xs, ws4), deq_x @ deq_w4),
+        ("mm(x, pw) mxfp8", lambda: pg.mm(a16, pw8), a16.double() @ deq_w8),
+        ("mm(x, pw) mxfp4", lambda: pg.mm(a16, pw4), a16.double() @ deq_w4),
     ]
     failed = 0
     # The references multiply each op's own (already quantized) operands in float64: this is the
@@ -130,9 +136,12 @@ def real_model(device: str, weights: Optional[str] = None) -> int:
         print(f"  {'error' if given else 'skipped'}: {e}")
         return int(given)
     except Exception as e:  # noqa: BLE001 -- a corrupt or foreign file: say which, not torch.load's advice
+        # (torch's UnpicklingError text advises weights_only=False, i.e. running the file's code)
+        why = ("not a torch checkpoint, or a damaged one" if isinstance(e, pickle.UnpicklingError)
+               else str(e).splitlines()[0] if str(e) else "")
         print(f"  error: MGM weights {weights or os.environ.get(dm.ENV_VAR)!r} could not be read "
-              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
-        return 1
+              f"({type(e).__name__}: {why})")
+        return 1  # main() returns 1 and the command exits 1, as for a missing path
     model = model.to(device)
     cuda = device == "cuda"
     batch, length = (64, 128) if cuda else (4, 64)
