@@ -255,11 +255,11 @@ def mm(a: torch.Tensor, b: torch.Tensor, *, out_dtype: Optional[torch.dtype] = N
     ``b`` may be a :class:`PreparedWeight` (MXFP8 or MXFP4, :func:`prepare_weight`): a
     weight-only MX GEMM, the activations staying 16-bit (``torch.ops.persistent_gemm.weight_only_mm``;
     output in ``a``'s dtype or fp32, ``bias`` as here, no ``alpha``/``beta``). On an SM90 GPU,
-    bf16 activations run fused kernels: the decode GEMV up to 64 tokens (K % 32 == 0), the
-    bf16-route kernels (``..._swapab_bf16route``) for prefill. fp16 activations, and a build
-    with no fitting kernel, run the op's exact reference: the weight dequantized exactly, fp32
+    bf16 activations run fused kernels: the decode GEMV up to 64 tokens when K % 32 == 0, else
+    the bf16-route kernels (``..._swapab_bf16route``). fp16 activations, a build with no fitting
+    kernel, and CPU tensors run the op's exact reference: the weight dequantized exactly, fp32
     sums, one rounding. :func:`explain` (dtype ``"bf16xe4m3"`` / ``"bf16xe2m1"``) says which;
-    ``config`` forces a kernel. More in docs/api.md.
+    ``config`` forces a kernel. Other GPUs: docs/api.md.
 
     Row- and column-major operands run without copies; any other strides (stride-0 broadcast
     views such as ``x.expand(M, K)``, misaligned rows) are copied once to a K-major buffer.
