@@ -191,7 +191,8 @@ def test_demo_cli_exits_nonzero_on_unreadable_weights(tmp_path):
     corrupt = tmp_path / "bad.bin"
     corrupt.write_bytes(b"not a checkpoint")
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
-    for path, why in ((corrupt, "not a torch checkpoint, or a damaged one"), (tmp_path / "missing.bin", "does not exist")):
+    cases = ((corrupt, "not a torch checkpoint, or a damaged one"), (tmp_path / "missing.bin", "does not exist"))
+    for path, why in cases:
         p = subprocess.run([sys.executable, "-m", "persistent_gemm", "demo", "--model-weights", str(path)],
                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
         assert p.returncode == 1, (path, p.returncode, p.stdout[-2000:], p.stderr[-2000:])

@@ -32,8 +32,9 @@ never cast them (they are the weight's MX / fp8 bytes); only the bias and a ``bf
 weight follow a cast between 16-bit dtypes. A model on the meta device (``init_empty_weights``-
 style loading) cannot be quantized: its weights have no values yet -- materialise it first. The bias goes to the op, which adds it in
 the kernel's epilogue (SM90; one rounding). The quantized formats are for inference: an input that
-requires grad is refused by the op with a message saying so. Train with ``"bf16"``, whose
-backward runs through ``mm`` too.
+requires grad is refused by the op with a message saying so, and so is ``backward()`` through a
+model swapped by :func:`quantize_` whose output needs no grad otherwise (eager, grad and training
+mode; :func:`_inference_only_hook`). Train with ``"bf16"``, whose backward runs through ``mm`` too.
 """
 
 from __future__ import annotations

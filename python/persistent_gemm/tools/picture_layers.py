@@ -17,7 +17,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FixedLocator
 
-from .picture_data import LEGEND_MAX, NO_EXTENSION_STATUS, legend_labels, text_colour, wave_colour, wave_edges, worker_colour
+from .picture_data import (LEGEND_MAX, NO_EXTENSION_STATUS, legend_labels, text_colour, wave_colour, wave_edges,
+                           worker_colour)
 
 # Lengths in inches.
 GRID_MAX_W, GRID_MAX_H = 11.0, 9.0  # the grid of one panel at most
