@@ -53,10 +53,10 @@ constexpr double kMxTileOverheadClk = 120;
 // model put these kernels at 3.5x their measured speed.
 constexpr double kMxPromoteOps = 4.2;
 // The fold route (MxRoute::Fold, FP8 x FP4) issues 1.5 ops per element and block (an FFMA, and
-// an FMUL per column shared by a thread's two rows) against the promotion's 2. No credit until
-// measured: it was built in a session without a GPU (issue 22), so it ties with the promotion
-// kernel it refines and loses the tie (table order); config= forces it. Refit from its H200
-// prefill rows (bench_mx's ours_fold).
+// an FMUL per column shared by a thread's two rows) against the promotion's 2. Measured at half
+// the promotion kernel's speed on the H200 (167 vs 309 TFLOP/s at 8192^3, docs/api.md), so it
+// gets no credit: it ties with the promotion kernel it refines and loses the tie (table order);
+// only config= reaches it.
 constexpr double kMxFoldOps = kMxPromoteOps;
 // The wgmma MX decode tiles (ping-pong, swap-AB: 64 weight rows x 16..64 tokens) are latency-
 // bound, not issue-bound: per K-tile four dependent wgmma -> wait -> promote steps. Fitted to

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 import torch
-from test_mx_host_layout import ROOT, build_host_program
+from support.host_build import ROOT, build_host_program
 
 import persistent_gemm as pg
 from persistent_gemm.fold import FOLD_WINDOW, STRIP_ROWS, fold_plan, kernel_folds

@@ -13,7 +13,7 @@ from persistent_gemm.schedule import TileSchedule
 from persistent_gemm.strip_schedule import ROLES, StripStreamK
 from support.kernel_table_rows import entry_rows
 
-from test_mx_host_layout import ROOT, build_host_program
+from support.host_build import ROOT, build_host_program
 
 GEMV = [c for c in CATALOGUE if c.kernel == "gemv"]
 

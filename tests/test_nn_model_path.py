@@ -7,7 +7,7 @@ import io
 
 import pytest
 import torch
-from test_nn import Block
+from support.models import Block
 
 import persistent_gemm as pg
 from persistent_gemm.nn import FORMATS  # importable without the extension: collection never errors

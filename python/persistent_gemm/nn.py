@@ -32,14 +32,14 @@ never cast them (they are the weight's MX / fp8 bytes); only the bias and a ``bf
 weight follow a cast between 16-bit dtypes. A model on the meta device (``init_empty_weights``-
 style loading) cannot be quantized: its weights have no values yet -- materialise it first. The bias goes to the op, which adds it in
 the kernel's epilogue (SM90; one rounding). The quantized formats are for inference: an input that
-requires grad is refused by the op with a message saying so, and so is ``backward()`` through a
-model swapped by :func:`quantize_` whose output needs no grad otherwise (eager, grad and training
-mode; :func:`_inference_only_hook`). Train with ``"bf16"``, whose backward runs through ``mm`` too.
+requires grad is refused by the op with a message saying so; ``backward()`` from an output that
+nothing requiring grad fed ends in torch's own "does not require grad" (a frozen quantized body
+under a head that trains is a normal use: its output must stay a plain tensor). Train with
+``"bf16"``, whose backward runs through ``mm`` too.
 """
 
 from __future__ import annotations
 
-import functools
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
@@ -273,52 +273,6 @@ class Linear(torch.nn.Module):
 FilterFn = Callable[[torch.nn.Module, str], bool]
 
 
-# -- inference-only: a clear error for backward() through a swapped model --------------------------
-class _InferenceOnly(torch.autograd.Function):
-    """The identity on a swapped model's output, with a backward that says why no gradient flows
-    (torch's own error names only "element 0 of tensors")."""
-
-    @staticmethod
-    def forward(ctx, y, anchor, message):
-        ctx.message = message
-        return y.view_as(y)
-
-    @staticmethod
-    def backward(ctx, grad):
-        raise RuntimeError(ctx.message)
-
-
-_ANCHOR: list = []  # one requires-grad leaf that gives the node above a path to backward()
-
-
-def _inference_only_hook(module, args, output, formats=()):
-    """Forward hook of a model quantize_ swapped to a quantized format. Only where backward() could
-    only fail -- eager, grad mode, training mode, an output that requires no grad (nothing it
-    depends on does) -- it hangs _InferenceOnly on the output; model.eval(), torch.no_grad() and
-    torch.compile leave the output as it is."""
-    if (torch.compiler.is_compiling() or not torch.is_grad_enabled() or not module.training
-            or not isinstance(output, torch.Tensor) or output.requires_grad or not output.is_floating_point()):
-        return None
-    if not _ANCHOR:
-        _ANCHOR.append(torch.zeros((), requires_grad=True))
-    return _InferenceOnly.apply(output, _ANCHOR[0], (
-        f"persistent_gemm.nn: this {type(module).__name__}'s swapped Linears ({', '.join(formats)}) are "
-        "inference-only: their weights are quantized, so no gradient flows through them, and nothing else "
-        "its output depends on requires grad. Run it under torch.no_grad() / torch.inference_mode() or after "
-        ".eval() (also the fix for a frozen quantized part whose output feeds layers you train); to train it, "
-        "swap with format 'bf16' (differentiable) or train the float model and quantize it after."))
-
-
-def _hook_inference_only(model: torch.nn.Module) -> None:
-    """(Re)register _inference_only_hook on ``model`` with the quantized formats it holds now."""
-    formats = tuple(sorted({m.qconfig.format for m in model.modules() if isinstance(m, Linear)} - {"bf16"}))
-    for key, hook in list(model._forward_hooks.items()):
-        if isinstance(hook, functools.partial) and hook.func is _inference_only_hook:
-            del model._forward_hooks[key]
-    if formats:
-        model.register_forward_hook(functools.partial(_inference_only_hook, formats=formats))
-
-
 def quantize_(model: torch.nn.Module, config: Union[QuantConfig, str] = "bf16",
               filter_fn: Optional[FilterFn] = None) -> torch.nn.Module:
     """Replace, in place, every ``torch.nn.Linear`` of ``model`` for which
@@ -347,9 +301,7 @@ def quantize_(model: torch.nn.Module, config: Union[QuantConfig, str] = "bf16",
             swap.fqn = full
             setattr(parent, name, swap)
             swapped += 1
-    if swapped:
-        _hook_inference_only(model)
-    else:
+    if not swapped:
         ours = [m.qconfig.format for m in model.modules() if isinstance(m, Linear)]
         already = (f"; the model already has {len(ours)} persistent_gemm Linear(s) ({', '.join(sorted(set(ours)))}): "
                    "quantize_ swaps torch.nn.Linear only, so swap a fresh copy of the float model" if ours else "")
