@@ -137,17 +137,19 @@ py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::
   d["cost_model_measured"] = t.cost.measured;
   d["tuned"] = c.tuned;
   if (!c.entry) {
-    bool const weight_only = r.scale == ScaleMode::Block32 && r.a != DType::E4M3;
+    // weight_only_mm takes its reference where no kernel fits, on Hopper (dispatch.cpp); elsewhere
+    // it refuses, as every other op does without a kernel.
+    bool const reference = r.scale == ScaleMode::Block32 && r.a != DType::E4M3 && t.sm_major == 9;
     std::string const arch_name = t.arch;
     std::string const why = t.count ? "none of the " + std::to_string(t.count) + " built " + arch_name +
                                           " kernel variants fits (the reasons below)"
                                     : "this build holds no " + arch_name + " kernel (PGEMM_KERNELS)";
     c.log.insert(c.log.begin(), "no kernel: " + why +
-                                    (weight_only ? "; weight_only_mm runs its exact reference (the weight dequantized "
-                                                   "exactly, fp32 sums, rounded once)"
-                                                 : "; on an " + arch_name + " GPU the op refuses this problem, and "
-                                                   "CPU tensors run its reference"));
-    d["config"] = weight_only ? "reference" : "none";
+                                    (reference ? "; weight_only_mm runs its exact reference (the weight dequantized "
+                                                 "exactly, fp32 sums, rounded once)"
+                                               : "; on an " + arch_name + " GPU the op refuses this problem, and "
+                                                 "CPU tensors run its reference"));
+    d["config"] = reference ? "reference" : "none";
     for (char const* key : {"tma_store", "copy_a", "copy_b", "pad_d", "pad_m", "swap_ab", "fast_accum"}) d[key] = false;
     d["estimate_us"] = 0.0;
     d["log"] = c.log;

@@ -198,3 +198,49 @@ def test_fast_accumulation_kernels_are_rejected_for_their_accumulation_not_their
         named = [line for line in d.log if line.startswith("rejected ") and " config(s), " not in line]
         fast = [line for line in named if parse_name(line.removeprefix("rejected ").split(":")[0]).accum == "fast"]
         assert fast and all("use_fast_accum=False asks for promoted" in line for line in fast), scale
+
+
+# -- explain as a user reads it (newcomer 12-07 #1, #5, #10) ------------------------------------------
+def test_explain_folds_another_ops_configs_per_reason():
+    """The MX configs share e4m3 operands with scaled_mm: for an e4m3 problem they are one line
+    naming their scales, not one line each ("scale mode differs")."""
+    d = pg.explain(4096, 4096, 4096, dtype="e4m3", scale="tensor")
+    mx = set(names("mxfp8"))
+    assert not [line for line in d.log if line.startswith("rejected ") and line.split(":")[0].split()[1] in mx]
+    folded = [line for line in d.log if "e8m0 scales per 1x32 block (MX), not tensorwise fp32 scales" in line]
+    assert len(folded) == 1 and folded[0].startswith(f"rejected {len(mx)} config(s), ")
+    assert set(folded[0].split(": ", 1)[1].split(", ")) == mx
+
+
+def test_explain_applies_the_ops_rules_on_k():
+    with pytest.raises(ValueError, match="K = 100 must be a multiple of 32"):
+        pg.explain(1, 8192, 100, dtype="e4m3xe2m1")
+    with pytest.raises(ValueError, match="K = 100 must be a multiple of 32"):
+        pg.explain(1, 8192, 100, dtype="bf16xe2m1")
+    assert pg.explain(1, 8192, 100, dtype="mxfp8").config  # e4m3 weights take any K
+
+
+def test_explain_says_what_runs_where_no_kernel_fits(monkeypatch):
+    """Weight-only fp16 out of a bf16 problem is refused like the op; a forced config the problem
+    cannot use still raises; without a CUDA GPU the last line says the CPU references run here."""
+    with pytest.raises(ValueError, match="weight_only_mm writes the activations' dtype bf16 or fp32"):
+        pg.explain(16, 4096, 4096, dtype="bf16xe2m1", out_dtype="fp16")
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    d = pg.explain(128, 8192, 8192)
+    assert d.log[-1].startswith("no CUDA GPU here: the ops run their CPU references on this machine; this is "
+                                "the decision for an sm90a GPU with 132 SMs")
+
+
+@pytest.mark.skipif("sm100a" not in (pg.built_archs() if pg.extension_available() else ()),
+                    reason="needs the sm100a module")
+def test_explain_answers_where_no_kernel_fits():
+    """sm100a has no weight-only kernel: the op refuses there, and explain says so ('none') with
+    every config's reason, instead of raising or claiming the reference runs."""
+    d = pg.explain(16, 4096, 4096, dtype="bf16xe2m1", arch="sm100a")
+    assert d.config == "none" and not d.estimate_us
+    assert d.log[0].startswith("no kernel: none of the ") and "on an sm100a GPU the op refuses" in d.log[0]
+    assert any(line.startswith("rejected ") and "operands are e4m3" in line for line in d.log)
+    with pytest.raises(ValueError, match="no schedule to draw"):
+        d.render("unused.png")
