@@ -26,6 +26,11 @@ _HOST = {
     "ABI, text": [INC + "registry.h", "csrc/text.h"],
 }
 
+#: The persistent kernel both tile routes run: the kernel and its launch, the tile scheduler.
+_PERSISTENT = [INC + "kernel/sm90_gemm_persistent.hpp", INC + "kernel/persistent_kernel_types.hpp",
+               INC + "kernel/cluster_launch.hpp"]
+_TILES = [INC + "scheduler/tile_scheduler.hpp"]
+
 #: role -> files, in the order a reader meets them.
 WALKS = {
     "prefill, bf16 route (pg.fp8_fp4_mm(a, prepared weight, scale_a), M = 2048)": {
@@ -37,9 +42,8 @@ WALKS = {
         "mainloop": [INC + "collective/sm90_mx_bf16_mma.hpp", INC + "collective/sm90_mx_tma_operands.hpp",
                      INC + "collective/mx_block_scales.hpp", INC + "collective/sm90_mx_wgmma.hpp",
                      INC + "layout/mx_blocked.hpp"],
-        "kernel": [INC + "kernel/sm90_gemm_persistent.hpp", INC + "kernel/persistent_kernel_types.hpp",
-                   INC + "kernel/cluster_launch.hpp"],
-        "scheduler": [INC + "scheduler/tile_scheduler.hpp"],
+        "kernel": _PERSISTENT,
+        "scheduler": _TILES,
         "epilogue": [INC + "epilogue/sm90_predicated_epilogue.hpp"],
     },
     "decode GEMV (pg.mm(x, prepared MXFP4 weight), M = 1)": {
@@ -57,9 +61,8 @@ WALKS = {
         "builder": [INC + "kernel/sm90_gemm_builder.hpp", INC + "kernel/builder_spec.hpp",
                     INC + "kernel/builder_common.hpp", INC + "kernel/promotion_rule.hpp"],
         "mainloop": [INC + "collective/sm90_fp8_promoted_mma.hpp"],
-        "kernel": [INC + "kernel/sm90_gemm_persistent.hpp", INC + "kernel/persistent_kernel_types.hpp",
-                   INC + "kernel/cluster_launch.hpp", INC + "kernel/split_nonce.hpp"],
-        "scheduler": [INC + "scheduler/tile_scheduler.hpp"],
+        "kernel": [*_PERSISTENT, INC + "kernel/split_nonce.hpp"],
+        "scheduler": _TILES,
         "epilogue": [INC + "epilogue/sm90_tma_fusion.hpp", INC + "epilogue/sm90_predicated_epilogue.hpp"],
     },
 }
