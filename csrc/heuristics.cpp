@@ -9,7 +9,6 @@
 #include <vector>
 #include <cstring>
 #include <map>
-#include <set>
 
 #include <c10/util/Exception.h>
 

@@ -239,8 +239,8 @@ _ENTRY = Template(
     "     .run = ${run}, .workspace = ${workspace}},\n"
 )
 #: The table's closing row (config nullptr): keeps kEntries non-empty when no kernel is built.
-_END_ROW = _ENTRY.substitute(config="nullptr", family="nullptr", a="BF16", b="BF16", d="BF16", a_k_major="true", b_k_major="true",
-                             scale="None", tma_store="true", fast_accum="false", swap_ab="false", fused_bias="false",
+_END_ROW = _ENTRY.substitute(config="nullptr", family="nullptr", a="BF16", b="BF16", d="BF16", a_k_major="true",
+                             b_k_major="true", scale="None", tma_store="true", fast_accum="false", swap_ab="false", fused_bias="false",
                              route="Promote", tile_m=0, tile_n=0, tile_k=0, cluster_m=1, cluster_n=1,
                              style="Cooperative", split_k=1, stream_k="false", run="nullptr", workspace="nullptr")
 
