@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 14;
+constexpr int kRegistryAbiVersion = 15;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -55,6 +55,17 @@ struct GemmArgs {
   // a bias or alpha != 1.
   const void* bias = nullptr;
   float alpha = 1.0f, beta = 1.0f;
+  // Grouped GEMMs (MoE experts; kernels whose geometry says grouped): `groups` problems sharing
+  // N and K (in the kernel's swap-AB orientation: weight rows m, K), the weight of group e
+  // `group_stride_a` bytes after group e-1's and its blocked scales `group_stride_scale_a` bytes
+  // after. The activation rows of each group are read on the device from `group_rows`:
+  // torch._grouped_mm's offs (cumulative row ends over the n rows, group_rows_ld == 0), or the
+  // masked form's row counts, group e's rows starting at row e * group_rows_ld. D has a row per
+  // activation row; bias then holds groups x m elements (one row per group).
+  int32_t groups = 0;
+  const int32_t* group_rows = nullptr;
+  int64_t group_rows_ld = 0;
+  int64_t group_stride_a = 0, group_stride_scale_a = 0;
 };
 
 // One plain -> blocked scale conversion (KernelTable::scale_to_blocked).
@@ -122,6 +133,7 @@ struct KernelGeometry {
   KernelStyle style;
   int32_t split_k;  // K ranges per output tile (the schedule's split_k; 1: none)
   bool stream_k;    // data-parallel waves, then the rest shared out in K-tiles (split_k is 1)
+  bool grouped;     // walks (group, tile) over GemmArgs::groups problems (MoE experts), decided on the device
 };
 
 // What a kernel variant can run. The dispatcher matches a problem against these fields.

@@ -28,13 +28,14 @@ KERNELS_ENV = "PGEMM_KERNELS"
 
 
 def _cfg(tile, swizzle, cluster, kernel="cooperative", dtype="bf16", arch="sm90a", raster="row", stages=None,
-         accum="promoted", swap_ab=False, split_k=1, route="promote", stream_k=False):
+         accum="promoted", swap_ab=False, split_k=1, route="promote", stream_k=False, grouped=False):
     return KernelConfig(
         accum=accum,
         route=route,
         swap_ab=swap_ab,
         tile=tile,
-        schedule=TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster, split_k=split_k, stream_k=stream_k),
+        schedule=TileSchedule(swizzle=swizzle, cluster=cluster, raster=raster, split_k=split_k, stream_k=stream_k,
+                              grouped=grouped),
         stages=stages,
         kernel=kernel,
         dtype=dtype,
@@ -132,6 +133,10 @@ CATALOGUE: tuple[KernelConfig, ...] = (
       for d in WEIGHT_ONLY_DTYPES for tile, style in (((128, 256, 64), "cooperative"), ((64, 128, 64), "pingpong"))),
     *(_cfg((GEMV_STRIP_ROWS, t, GEMV_CHUNK_BYTES * w), 1, (1, 1), kernel="gemv", dtype=d, swap_ab=True)
       for d, w in (("bf16xe4m3", 1), ("bf16xe2m1", 2)) for t in GEMV_TOKENS),
+    # Grouped (MoE experts, pg.grouped_mm): the same GEMV walking (expert, strip) items decided on
+    # the device from offs, every MX family, one TU per family.
+    *(_cfg((GEMV_STRIP_ROWS, t, GEMV_CHUNK_BYTES * w), 1, (1, 1), kernel="gemv", dtype=d, swap_ab=True, grouped=True)
+      for d, w in (("bf16xe2m1", 2), ("bf16xe4m3", 1), ("e4m3xe2m1", 2), ("mxfp8", 1)) for t in GEMV_TOKENS),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a"),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", dtype="fp16", arch="sm100a"),
     # SM100 scaled_mm (e4m3, tensorwise / rowwise scales in the epilogue; compiled, not run): the

@@ -159,7 +159,8 @@ _GEMV_KERNEL = _kernel_template(
     """  using OperandW = ${gemv_weight};  // the weight's bytes
   using OperandX = ${activation};  // the activations' element (and whether they carry scales)
   using ElementD = ${d_type};
-  static constexpr int kTokens = ${tile_n};  // tokens per launch: whole n8 MMA tiles
+  static constexpr int kTokens = ${tile_n};  // tokens per launch (grouped: per item): whole n8 MMA tiles
+  static constexpr bool kGrouped = ${grouped};  // walks (expert, strip) items decided on the device from offs
 """)
 
 _SCALE_LAYOUT_TU = Template(
@@ -235,14 +236,15 @@ _ENTRY = Template(
     "     .fast_accum = ${fast_accum}, .swap_ab = ${swap_ab}, .fused_bias = ${fused_bias}, .route = MxRoute::${route},\n"
     "     .geometry = {.tile_m = ${tile_m}, .tile_n = ${tile_n}, .tile_k = ${tile_k}, .cluster_m = ${cluster_m}, "
     ".cluster_n = ${cluster_n},\n"
-    "                  .style = KernelStyle::${style}, .split_k = ${split_k}, .stream_k = ${stream_k}},\n"
+    "                  .style = KernelStyle::${style}, .split_k = ${split_k}, .stream_k = ${stream_k}, .grouped = ${grouped}},\n"
     "     .run = ${run}, .workspace = ${workspace}},\n"
 )
 #: The table's closing row (config nullptr): keeps kEntries non-empty when no kernel is built.
 _END_ROW = _ENTRY.substitute(config="nullptr", family="nullptr", a="BF16", b="BF16", d="BF16", a_k_major="true",
                              b_k_major="true", scale="None", tma_store="true", fast_accum="false", swap_ab="false", fused_bias="false",
                              route="Promote", tile_m=0, tile_n=0, tile_k=0, cluster_m=1, cluster_n=1,
-                             style="Cooperative", split_k=1, stream_k="false", run="nullptr", workspace="nullptr")
+                             style="Cooperative", split_k=1, stream_k="false", grouped="false", run="nullptr",
+                             workspace="nullptr")
 
 
 #: Where :func:`write_arch_limits` puts the header (the source checkout's include tree).
@@ -444,14 +446,14 @@ def _write_arch_module(out: Path, arch: str, configs: Sequence[KernelConfig],
     for c in configs:
         picked = chosen[c.name] if chosen and c.name in chosen else variants(c)
         if c.kernel == "gemv":
-            gemv.setdefault(c.dtype, []).extend((c, v) for v in picked)
+            gemv.setdefault((c.dtype, c.schedule.grouped), []).extend((c, v) for v in picked)
             continue
         for i, text in enumerate(config_tus(c, picked)):
             p = out / (f"{c.name}.cu" if i == 0 else f"{c.name}__{i + 1}.cu")
             _write(p, text)
             files.append(p)
-    for family, kernels in gemv.items():
-        p = out / f"{arch}_{family}_gemv.cu"
+    for (family, grouped), kernels in gemv.items():
+        p = out / f"{arch}_{family}_gemv{'_grouped' if grouped else ''}.cu"
         _write(p, gemv_tu(arch, family, kernels))
         files.append(p)
     p = out / "kernel_table.cpp"

@@ -47,6 +47,9 @@ def rejection(c) -> Optional[str]:
         return f"schedule must be a TileSchedule, got {type(c.schedule).__name__}"
     if len(c.tile) != 3:
         return f"tile must be (tile_m, tile_n, tile_k), got {c.tile}"
+    if getattr(c.schedule, "grouped", False) and c.kernel != "gemv":
+        return ("grouped=True: only the decode GEMV (kernel='gemv') walks grouped problems (MoE experts) so far; "
+                f"{c.kernel} kernels walk one problem's tiles")
     if c.kernel == "gemv":
         return _gemv(c)
     if c.dtype in WEIGHT_ONLY_DTYPES and c.route != "bf16":

@@ -173,6 +173,7 @@ class KernelConfig:
             "split_k": str(s.split_k),
             "stream_k": str(s.stream_k).lower(),
             "route": self.route,
+            "grouped": str(s.grouped).lower(),
         }
 
 
@@ -210,6 +211,7 @@ _NAME_PARTS: tuple[_Part, ...] = (
     _Part(r"(?P<streamk>streamk)", ("streamk",), lambda c: "streamk" if c.schedule.stream_k else None, optional=True),
     _Part(r"(?P<nolanes>nolanes)", ("nolanes",), lambda c: None if c.schedule.stream_k_lanes else "nolanes",
           optional=True),
+    _Part(r"(?P<grouped>grouped)", ("grouped",), lambda c: "grouped" if c.schedule.grouped else None, optional=True),
     _Part(*_tokens("style", STYLE_TOKENS.values()), lambda c: STYLE_TOKENS[c.kernel]),
     _Part(*_tokens("swap", (SWAP_TOKEN,)), lambda c: SWAP_TOKEN if c.swap_ab else None, optional=True),
     _Part(*_tokens("accum", (ACCUM_TOKEN,)), lambda c: ACCUM_TOKEN if c.accum == "fast" else None, optional=True),
@@ -242,7 +244,7 @@ def parse_name(name: str) -> KernelConfig:
         schedule = TileSchedule(
             swizzle=int(g["sw"]), cluster=(int(g["cm"]), int(g["cn"])), raster=g["raster"],
             split_k=int(g["sk"]) if g["sk"] else 1, stream_k=g["streamk"] is not None,
-            stream_k_lanes=g["nolanes"] is None,
+            stream_k_lanes=g["nolanes"] is None, grouped=g["grouped"] is not None,
         )
     except (TypeError, ValueError) as e:
         raise ConfigError(f"config name {name!r}: {e}") from None

@@ -123,6 +123,14 @@ class TileSchedule:
         With ``stream_k``: deal the tail in lanes, so that the units sharing an operand strip
         run side by side over the same K ranges (module docstring); ``False`` deals it
         unit-major. Must stay ``True`` (its default) without ``stream_k``.
+    grouped : bool
+        Walk a grouped problem (MoE experts, ``pg.grouped_mm``): ``E`` problems sharing N and K
+        whose row counts are known only on the device (torch's ``offs``). Each group's rows are
+        cut into items of ``tile_n`` rows (a few-row group is one item, not padded to a full
+        tile), and the items' (item, tile, K-chunk) units are dealt like one problem's: every
+        worker computes the same item table from ``offs`` at launch, so nothing reads ``offs``
+        on the host (:func:`persistent_gemm.strip_schedule.grouped_strip_stream_k` is the
+        reference walk). Only the decode GEMV walks groups so far (``kernel="gemv"``).
 
     Examples
     --------
@@ -152,6 +160,7 @@ class TileSchedule:
     split_k: int = 1
     stream_k: bool = False
     stream_k_lanes: bool = True
+    grouped: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.swizzle, bool) or not isinstance(self.swizzle, int):
@@ -186,6 +195,8 @@ class TileSchedule:
             raise TypeError(f"stream_k_lanes must be a bool, got {self.stream_k_lanes!r}")
         if not self.stream_k_lanes and not self.stream_k:
             raise ValueError("stream_k_lanes=False deals a stream-K tail unit-major: it needs stream_k=True")
+        if not isinstance(self.grouped, bool):
+            raise TypeError(f"grouped must be a bool, got {self.grouped!r}")
 
     @property
     def cluster_m(self) -> int:

@@ -28,6 +28,13 @@
 //               acc += temp * (s_x * s_w) (bf16 activations: temp * s_w).
 // Strips shared by CTAs are reduced in fixed order through per-warp fp32 slots and nonce flags
 // (no memset, bitwise reproducible); docs/design/mx_decode_gemv.md has the protocol.
+//
+// Grouped (MoE experts, pg.grouped_mm): the weight is E experts' (N, K) stacked (a 3-D TMA map,
+// its scales group_stride_scale_a bytes apart), the activations all experts' rows, and each
+// expert's rows, read on the device from offs, are cut into items of up to Tokens rows
+// (scheduler/grouped_rows.hpp): the work is items x strips x chunks, dealt as above. Only the
+// experts that have rows are streamed; an expert with more than Tokens rows streams its weight
+// once per item.
 #pragma once
 
 #include <algorithm>
@@ -50,6 +57,7 @@
 #include "persistent_gemm/kernel/cluster_launch.hpp"
 #include "persistent_gemm/kernel/split_nonce.hpp"
 #include "persistent_gemm/registry.h"
+#include "persistent_gemm/scheduler/grouped_rows.hpp"
 #include "persistent_gemm/scheduler/strip_stream_k.hpp"
 
 namespace persistent_gemm::kernel {
@@ -210,7 +218,7 @@ CUTLASS_DEVICE void st_release(uint64_t* p, uint64_t v) {
 // an SM; 32/64 tokens spill), and a worker count that differs between token tiles changes the
 // stream-K split, so a token's bits would depend on the batch it came in (the test of
 // batch-invariant results forbids it). The probe keeps the experiment runnable.
-template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm = 1>
+template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm = 1, bool Grouped = false>
 struct Sm90MxGemv {
   static constexpr bool kE2m1 = std::is_same_v<OperandW, GemvWeightE2m1>;
   static_assert(kE2m1 || std::is_same_v<OperandW, GemvWeightE4m3>, "OperandW: GemvWeightE4m3 or GemvWeightE2m1");
@@ -224,6 +232,10 @@ struct Sm90MxGemv {
                 "MX decode kernel: D is bf16, fp16 or fp32");
   static_assert(CtasPerSm == 1 || CtasPerSm == 2, "MX decode kernel: CtasPerSm is 1 or 2");
   static constexpr int kCtasPerSm = CtasPerSm;
+  static constexpr bool kGrouped = Grouped;
+  static_assert(!Grouped || CtasPerSm == 1, "MX decode kernel: the grouped walk runs one CTA per SM");
+  using GroupTable = scheduler::GroupTable;
+  static constexpr int kTableBytes = Grouped ? int(sizeof(GroupTable) + 15) / 16 * 16 : 0;
   static constexpr int kSmemBudget =
       CtasPerSm == 1 ? gemv_detail::kSmemBytes : gemv_detail::kSmemPerSm / CtasPerSm - 1024;
   using Schedule = scheduler::StripStreamK;
@@ -256,7 +268,7 @@ struct Sm90MxGemv {
   static constexpr int kX16Bytes = kHalfX ? 2 * Tokens * kX16Row : 0;
   static constexpr int kStages = gemv_detail::imin(
       gemv_detail::kMaxStages,
-      (kSmemBudget - 1024 - 2 * gemv_detail::kMaxStages * 8 - kWsfBytes - kX16Bytes) / kStageBytes);
+      (kSmemBudget - 1024 - 2 * gemv_detail::kMaxStages * 8 - kWsfBytes - kX16Bytes - kTableBytes) / kStageBytes);
   static_assert(kStages >= 2, "MX decode kernel: fewer than two stages fit in shared memory");
   // The full barrier's arrivals: the producer's expect-tx, and the scale warp's lanes where
   // there are activation scales to widen.
@@ -265,7 +277,7 @@ struct Sm90MxGemv {
   // 64 bf16 tokens hold 8 B fragments of 4 registers each, and a whole unit of them spills.
   static constexpr int kBlockUnroll = kBf16X && Tokens == 64 ? (kE2m1 ? 4 : 2) : kBlocks;
   static constexpr int SharedStorageSize =
-      kStages * kStageBytes + kWsfBytes + kX16Bytes + 2 * kStages * 8 + 1024;  // + alignment slack
+      kStages * kStageBytes + kWsfBytes + kX16Bytes + 2 * kStages * 8 + kTableBytes + 1024;  // + alignment slack
   static_assert(SharedStorageSize <= kSmemBudget, "MX decode kernel: shared storage over the per-CTA budget");
 
   struct Params {
@@ -283,6 +295,16 @@ struct Sm90MxGemv {
     uint64_t* flags;  // [worker][consumer warp]
     float* slots;     // [worker][consumer warp][kNTiles * 4][32]
     uint64_t nonce;
+    // Grouped: where each expert's rows are, and the bytes between experts' scales. sched then
+    // holds one expert's strips; the device multiplies them by the items it finds.
+    scheduler::GroupRows groups;
+    int64_t w_scale_group_stride;
+  };
+
+  // One work unit as every role reads it: its global strip (the reduction's key), the strip in
+  // its expert's weight, its K chunk, and the expert's rows it multiplies (dense: all m tokens).
+  struct Unit {
+    int32_t gs, strip, chunk, group, row0, rows;
   };
 
   // ---- host ------------------------------------------------------------------------------
@@ -292,6 +314,8 @@ struct Sm90MxGemv {
     int32_t const chunks = (row_bytes + gemv_detail::kChunkBytes - 1) / gemv_detail::kChunkBytes;
     int32_t const slots = g.sm_count * CtasPerSm;
     int32_t const sms = g.max_workers > 0 ? std::min(g.max_workers, slots) : slots;
+    // Grouped: the items are known on the device only, so every SM gets a worker.
+    if constexpr (Grouped) return {strips, chunks, std::max(sms, 1)};
     return {strips, chunks, Schedule::workers_for(strips, chunks, std::max(sms, 1))};
   }
 
@@ -306,7 +330,11 @@ struct Sm90MxGemv {
   // (whole scale blocks; 16-byte rows of packed e2m1). bf16 activations: ldb in elements, no
   // scale_b.
   static bool can_implement(GemmArgs const& g) {
-    if (g.scale_mode != ScaleMode::Block32 || g.m < 1 || g.n < 1 || g.n > Tokens || g.k < 32 || g.k % 32) return false;
+    if (g.scale_mode != ScaleMode::Block32 || g.m < 1 || g.n < 1 || g.k < 32 || g.k % 32) return false;
+    if (Grouped ? (g.groups < 1 || g.groups > scheduler::kMaxGroups || !g.group_rows || g.group_rows_ld < 0 ||
+                   (!kBf16X && g.ld_scale_b <= 0) || int64_t(g.groups) * g.group_rows_ld > g.n)
+                : (g.groups != 0 || g.n > Tokens))
+      return false;
     if (!g.a || !g.b || !g.d || !g.scale_a || (!kBf16X && !g.scale_b) || g.sm_count < 1) return false;
     if (!aligned16(g.a) || !aligned16(g.b) || !aligned16(g.scale_a)) return false;
     if (g.lda % 16 || (g.ldb * kXElemBytes) % 16 || g.lda < (kE2m1 ? g.k / 2 : g.k) || (g.n > 1 && g.ldb < g.k))
@@ -325,8 +353,8 @@ struct Sm90MxGemv {
     p.bias = static_cast<ElementD const*>(g.bias);
     p.alpha = g.alpha;
     p.beta = g.beta;
-    p.n = g.m;  // the weight's rows
-    p.m = g.n;  // tokens
+    p.n = g.m;  // the weight's rows (grouped: one expert's)
+    p.m = Grouped ? std::min(g.n, Tokens) : g.n;  // tokens (grouped: an item's most, the activation box's rows)
     p.k = g.k;
     p.k_blocks = g.k / 32;
     p.k_atoms = (p.k_blocks + 3) / 4;
@@ -334,17 +362,23 @@ struct Sm90MxGemv {
     p.flags = static_cast<uint64_t*>(g.workspace);
     p.slots = reinterpret_cast<float*>(p.flags + size_t(p.sched.workers) * gemv_detail::kConsumerWarps);
     p.nonce = next_split_nonce();
+    if constexpr (Grouped) {
+      p.groups = {g.group_rows, g.groups, g.n, g.group_rows_ld};
+      p.w_scale_group_stride = g.group_stride_scale_a;
+    }
     return p;
   }
 
-  // A 2-D map of (rows, cols) bytes, `ld` bytes apart, boxes of 128 B x box_rows, 128B swizzle.
-  static bool encode(CUtensorMap& map, void const* base, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
-    cuuint64_t const dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-    cuuint64_t const strides[1] = {cuuint64_t(rows > 1 ? ld : (cols + 15) / 16 * 16)};
-    cuuint32_t const box[2] = {cuuint32_t(kBox), cuuint32_t(box_rows)};
-    cuuint32_t const unit[2] = {1, 1};
+  // A map of (groups, rows, cols) bytes, rows `ld` bytes apart and groups `group_ld` (0: a 2-D
+  // map of one group), boxes of 128 B x box_rows (x 1 group), 128B swizzle.
+  static bool encode(CUtensorMap& map, void const* base, int64_t rows, int64_t cols, int64_t ld, int box_rows,
+                     int64_t groups = 1, int64_t group_ld = 0) {
+    cuuint64_t const dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(groups)};
+    cuuint64_t const strides[2] = {cuuint64_t(rows > 1 ? ld : (cols + 15) / 16 * 16), cuuint64_t(group_ld)};
+    cuuint32_t const box[3] = {cuuint32_t(kBox), cuuint32_t(box_rows), 1};
+    cuuint32_t const unit[3] = {1, 1, 1};
     CUresult const r = CUTLASS_CUDA_DRIVER_WRAPPER_CALL(cuTensorMapEncodeTiled)(
-        &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, unit,
+        &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, group_ld > 0 ? 3 : 2, const_cast<void*>(base), dims, strides, box, unit,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS;
@@ -354,9 +388,13 @@ struct Sm90MxGemv {
 
   // ---- device ----------------------------------------------------------------------------
   CUTLASS_DEVICE static void kernel_body(Params const& p, uint8_t* smem);
-  CUTLASS_DEVICE static void producer(Params const& p, uint8_t* smem, uint64_t* full, uint64_t* empty);
-  CUTLASS_DEVICE static void scale_loader(Params const& p, uint8_t* smem, uint64_t* full, uint64_t* empty);
-  CUTLASS_DEVICE static void consumer(Params const& p, uint8_t* smem, uint64_t* full, uint64_t* empty);
+  CUTLASS_DEVICE static Unit unit(Params const& p, Schedule const& sched, GroupTable const* table, int64_t u);
+  CUTLASS_DEVICE static void producer(Params const& p, Schedule const& sched, GroupTable const* table, uint8_t* smem,
+                                      uint64_t* full, uint64_t* empty);
+  CUTLASS_DEVICE static void scale_loader(Params const& p, Schedule const& sched, GroupTable const* table,
+                                          uint8_t* smem, uint64_t* full, uint64_t* empty);
+  CUTLASS_DEVICE static void consumer(Params const& p, Schedule const& sched, GroupTable const* table, uint8_t* smem,
+                                      uint64_t* full, uint64_t* empty);
 };
 
 template <class Kernel>

@@ -6,8 +6,8 @@
 
 namespace persistent_gemm::kernel {
 
-template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm>
-CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>::kernel_body(Params const& p, uint8_t* smem) {
+template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm, bool Grouped>
+CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm, Grouped>::kernel_body(Params const& p, uint8_t* smem) {
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes + kWsfBytes + kX16Bytes);
   uint64_t* empty = full + kStages;
   int const warp = threadIdx.x / 32;
@@ -21,24 +21,69 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
     }
     cutlass::arch::fence_barrier_init();
   }
+  GroupTable* table = nullptr;
+  if constexpr (Grouped) {
+    // The experts' rows are the previous kernel's (the routing): read after the PDL wait, by
+    // every CTA, into the same item table.
+    table = reinterpret_cast<GroupTable*>(empty + kStages);
+    gemv_detail::wait_prerequisites();
+    if (warp == 0) {
+      int32_t const bad = table->build(p.groups, Tokens, threadIdx.x % 32);
+      if (bad >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
+        // The device-side check of offs (nothing on the host reads it): the rows were clamped,
+        // so nothing was touched out of bounds; the launch fails with this message.
+        if (p.groups.ld == 0)
+          printf("persistent_gemm.grouped_mm: offs must be non-decreasing cumulative row ends in [0, %d] with "
+                 "offs[-1] == %d (the rows of a); offs[%d] = %d breaks it\n",
+                 p.groups.total, p.groups.total, bad, p.groups.rows[bad]);
+        else
+          printf("persistent_gemm.masked_grouped_mm: counts must be in [0, %d] (a's rows per expert); counts[%d] = %d\n",
+                 int32_t(p.groups.ld), bad, p.groups.rows[bad]);
+        __trap();
+      }
+    }
+  }
   __syncthreads();
   // The next kernel may start its prologue (its own weight loads) as SMs free up.
   gemv_detail::launch_dependents();
-  if (warp == gemv_detail::kProducerWarp)
-    producer(p, smem, full, empty);
-  else if (warp == gemv_detail::kScaleWarp) {
-    if constexpr (!kBf16X) scale_loader(p, smem, full, empty);
+  auto roles = [&](Schedule const& sched) {
+    if (warp == gemv_detail::kProducerWarp)
+      producer(p, sched, table, smem, full, empty);
+    else if (warp == gemv_detail::kScaleWarp) {
+      if constexpr (!kBf16X) scale_loader(p, sched, table, smem, full, empty);
+    }
+    else
+      consumer(p, sched, table, smem, full, empty);
+  };
+  if constexpr (Grouped) {
+    Schedule sched = p.sched;  // one expert's strips, times the items found
+    sched.strips *= table->items(p.groups.groups);
+    roles(sched);
+  } else {
+    roles(p.sched);  // read from the parameter space, as the roles always did
   }
-  else
-    consumer(p, smem, full, empty);
 }
 
-template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm>
-CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>::producer(Params const& p, uint8_t* smem, uint64_t* full,
-                                                                       uint64_t* empty) {
+template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm, bool Grouped>
+CUTLASS_DEVICE auto Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm, Grouped>::unit(
+    Params const& p, Schedule const& sched, GroupTable const* table, int64_t u) -> Unit {
+  int32_t const gs = int32_t(u / sched.chunks), chunk = int32_t(u % sched.chunks);
+  if constexpr (Grouped) {
+    int32_t const per = p.sched.strips;  // one expert's strips
+    scheduler::GroupItem const it = table->locate(gs / per, p.groups.groups, Tokens);
+    return {gs, gs % per, chunk, it.group, it.row0, it.rows};
+  } else {
+    return {gs, gs, chunk, 0, 0, p.m};
+  }
+}
+
+template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm, bool Grouped>
+CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm, Grouped>::producer(Params const& p, Schedule const& sched,
+                                                                       GroupTable const* table, uint8_t* smem,
+                                                                       uint64_t* full, uint64_t* empty) {
   if (threadIdx.x % 32 != 0) return;  // one thread issues: a unit is 2 + kXBoxes TMA boxes and a bulk copy
   int const w = blockIdx.x;
-  int64_t const u0 = p.sched.begin(w), count = p.sched.begin(w + 1) - u0;
+  int64_t const u0 = sched.begin(w), count = sched.begin(w + 1) - u0;
   uint64_t const policy = gemv_detail::evict_first_policy();
   // Boxes past N or K are zero-filled and still count their full bytes.
   uint32_t const tx_x = uint32_t(kXBoxes) * kBox * uint32_t(p.m);
@@ -46,23 +91,33 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
   auto load_weight = [&](int64_t i) {
     int const s = int(i % kStages);
     uint8_t* st = smem + s * kStageBytes;
-    int32_t const strip = int32_t((u0 + i) / p.sched.chunks), chunk = int32_t((u0 + i) % p.sched.chunks);
-    int const atoms = gemv_detail::imin(kAtoms, p.k_atoms - chunk * kAtoms);
+    Unit const un = unit(p, sched, table, u0 + i);
+    int const atoms = gemv_detail::imin(kAtoms, p.k_atoms - un.chunk * kAtoms);
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[s], uint32_t(kWBytes) + uint32_t(atoms) * mx_blocked::kAtomBytes + tx_x);
     CUTLASS_PRAGMA_UNROLL
-    for (int h = 0; h < 2; ++h)
-      cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &full[s], policy, st + h * (kWBytes / 2),
-                                   chunk * gemv_detail::kChunkBytes + h * kBox, strip * gemv_detail::kStripRows);
-    gemv_detail::bulk_g2s(st + kWBytes + kXBytes, p.w_scale + (int64_t(strip) * p.k_atoms + chunk * kAtoms) * mx_blocked::kAtomBytes,
+    for (int h = 0; h < 2; ++h) {
+      int32_t const x = un.chunk * gemv_detail::kChunkBytes + h * kBox, y = un.strip * gemv_detail::kStripRows;
+      if constexpr (Grouped)
+        cute::SM90_TMA_LOAD_3D::copy(&p.w_map, &full[s], policy, st + h * (kWBytes / 2), x, y, un.group);
+      else
+        cute::SM90_TMA_LOAD_2D::copy(&p.w_map, &full[s], policy, st + h * (kWBytes / 2), x, y);
+    }
+    uint8_t const* w_scale = p.w_scale;
+    if constexpr (Grouped) w_scale += un.group * p.w_scale_group_stride;
+    gemv_detail::bulk_g2s(st + kWBytes + kXBytes, w_scale + (int64_t(un.strip) * p.k_atoms + un.chunk * kAtoms) * mx_blocked::kAtomBytes,
                           uint32_t(atoms) * mx_blocked::kAtomBytes, &full[s], policy);
   };
   // The activation rows of unit i: written by the previous kernel, so after the PDL wait.
   auto load_x = [&](int64_t i) {
     uint8_t* st = smem + int(i % kStages) * kStageBytes + kWBytes;
-    int32_t const chunk = int32_t((u0 + i) % p.sched.chunks);
+    int32_t chunk = int32_t((u0 + i) % sched.chunks), row0 = 0;
+    if constexpr (Grouped) {
+      Unit const un = unit(p, sched, table, u0 + i);
+      chunk = un.chunk, row0 = un.row0;
+    }
     CUTLASS_PRAGMA_UNROLL
     for (int h = 0; h < kXBoxes; ++h)
-      cute::SM90_TMA_LOAD_2D::copy(&p.x_map, &full[i % kStages], 0, st + h * kXBox, chunk * kXChunkBytes + h * kBox, 0);
+      cute::SM90_TMA_LOAD_2D::copy(&p.x_map, &full[i % kStages], 0, st + h * kXBox, chunk * kXChunkBytes + h * kBox, row0);
   };
   int64_t const first = count < kStages ? count : int64_t(kStages);
   for (int64_t i = 0; i < first; ++i) load_weight(i);
@@ -75,29 +130,32 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
   }
 }
 
-template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm>
-CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>::scale_loader(Params const& p, uint8_t* smem,
+template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm, bool Grouped>
+CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm, Grouped>::scale_loader(Params const& p, Schedule const& sched,
+                                                                           GroupTable const* table, uint8_t* smem,
                                                                            uint64_t* full, uint64_t* empty) {
   int const lane = threadIdx.x % 32;
   int const w = blockIdx.x;
-  int64_t const u0 = p.sched.begin(w), count = p.sched.begin(w + 1) - u0;
+  int64_t const u0 = sched.begin(w), count = sched.begin(w + 1) - u0;
   constexpr int kPerLane = kBlocks * Tokens / 32;  // codes per lane per unit
   // Code e of a unit: block e / Tokens, token e % Tokens (the stage's block-major order). Tokens
   // past M read 127 (1.0): their activation rows are never loaded and their D columns never
   // written, so any finite factor does.
   auto fetch = [&](int64_t i, uint8_t (&codes)[kPerLane]) {
-    int32_t const chunk = int32_t((u0 + i) % p.sched.chunks);
+    Unit const un = unit(p, sched, table, u0 + i);
+    // Grouped: the item's rows of the activations' plain scales (the host passes plain rows).
+    uint8_t const* x_scale = p.x_scale + (Grouped ? un.row0 * p.ld_x_scale : 0);
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < kPerLane; ++j) {
       int const e = lane + 32 * j, b = e / Tokens, t = e % Tokens;
-      int const kb = chunk * kBlocks + b;
+      int const kb = un.chunk * kBlocks + b;
       uint8_t c = 127;
-      if (t < p.m && kb < p.k_blocks) {
+      if (t < un.rows && kb < p.k_blocks) {
         using namespace mx_blocked;  // blocked: sf_byte, its atom columns (k_atoms) known
         int64_t const off = p.ld_x_scale > 0 ? t * p.ld_x_scale + kb
                                              : (int64_t(t / kAtomRows) * p.k_atoms + kb / kAtomBlocks) * kAtomBytes +
                                                    atom_offset(t % kAtomRows) + kb % kAtomBlocks;
-        c = __ldg(p.x_scale + off);
+        c = __ldg(x_scale + off);
       }
       codes[j] = c;
     }
@@ -119,14 +177,15 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
   }
 }
 
-template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm>
-CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>::consumer(Params const& p, uint8_t* smem, uint64_t* full,
-                                                                       uint64_t* empty) {
+template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm, bool Grouped>
+CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm, Grouped>::consumer(Params const& p, Schedule const& sched,
+                                                                       GroupTable const* table, uint8_t* smem,
+                                                                       uint64_t* full, uint64_t* empty) {
   using collective::mx_detail::e8m0_to_float;
   int const lane = threadIdx.x % 32, cw = threadIdx.x / 32;
   int const g = lane / 4, t = lane % 4;
   int const w = blockIdx.x;
-  int64_t const u0 = p.sched.begin(w), count = p.sched.begin(w + 1) - u0;
+  int64_t const u0 = sched.begin(w), count = sched.begin(w + 1) - u0;
   // This lane's fragment rows g and g+8 are strip rows r0 and r1: for e4m3 (LDS.64 by half-warps)
   // rows 2g, 2g+1, so a half-warp's four rows XOR their chunks with distinct r % 8; for e2m1
   // (LDS.32 by the whole warp) rows g, g+8.
@@ -142,8 +201,8 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
   gemv_detail::wait_prerequisites();
 
   float acc[kNTiles][4];
-  auto finish = [&](int32_t strip) {
-    scheduler::StripRole const role = p.sched.role(w, strip);
+  auto finish = [&](Unit const& un) {
+    scheduler::StripRole const role = sched.role(w, un.gs);
     size_t const slot_floats = size_t(kNTiles) * 4 * 32;
     if (role == scheduler::StripRole::Partial) {
       float* slot = p.slots + (size_t(w) * gemv_detail::kConsumerWarps + cw) * slot_floats;
@@ -157,7 +216,7 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
       return;
     }
     if (role == scheduler::StripRole::Reducer) {
-      int32_t const last = p.sched.last_partner(strip);
+      int32_t const last = sched.last_partner(un.gs);
       for (int32_t c = w + 1; c <= last; ++c) {
         uint64_t const* flag = p.flags + size_t(c) * gemv_detail::kConsumerWarps + cw;
         while (gemv_detail::ld_acquire(flag) != p.nonce) {
@@ -175,23 +234,30 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
     cutlass::NumericConverter<ElementD, float> convert;
     // The f16 FP4 path's products carry 2^-7 (weight 2^-14, activations 2^7): undone here, once.
     float const alpha = kE2m1 && kHalfX ? p.alpha * 128.0f : p.alpha;
+    // Grouped: the expert's bias row, and the item's rows of D.
+    ElementD const* bias = p.bias ? p.bias + int64_t(un.group) * p.n : nullptr;
+    ElementD* d = p.d + int64_t(un.row0) * p.ldd;
     CUTLASS_PRAGMA_UNROLL
     for (int h = 0; h < 2; ++h) {
-      int const row = strip * gemv_detail::kStripRows + (h ? r1 : r0);
+      int const row = un.strip * gemv_detail::kStripRows + (h ? r1 : r0);
       if (row >= p.n) continue;
-      float const b = p.bias && p.beta != 0.0f ? p.beta * float(p.bias[row]) : 0.0f;
+      float const b = bias && p.beta != 0.0f ? p.beta * float(bias[row]) : 0.0f;
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kNTiles; ++j)
         CUTLASS_PRAGMA_UNROLL
         for (int v = 0; v < 2; ++v) {
           int const token = 8 * j + 2 * t + v;
-          if (token < p.m) p.d[int64_t(token) * p.ldd + row] = convert(fmaf(alpha, acc[j][2 * h + v], b));
+          if (token < un.rows) d[int64_t(token) * p.ldd + row] = convert(fmaf(alpha, acc[j][2 * h + v], b));
         }
     }
   };
 
+  Unit un{};
   for (int64_t i = 0; i < count; ++i) {
-    int32_t const strip = int32_t((u0 + i) / p.sched.chunks), chunk = int32_t((u0 + i) % p.sched.chunks);
+    // The unit's item changes only with its strip: the grouped table is searched once a strip.
+    int32_t const chunk = int32_t((u0 + i) % sched.chunks);
+    if (!Grouped || i == 0 || chunk == 0) un = unit(p, sched, table, u0 + i);
+    un.chunk = chunk;
     if (i == 0 || chunk == 0) {
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kNTiles; ++j)
@@ -229,7 +295,7 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
     uint8_t* x16 = x16_base + (i % 2) * (Tokens * kX16Row);
     if constexpr (kHalfX) {
       constexpr int kGroups = kChunkK / 8;  // 8 activations per item
-      for (int e = threadIdx.x; e < p.m * kGroups; e += gemv_detail::kConsumerWarps * 32) {
+      for (int e = threadIdx.x; e < un.rows * kGroups; e += gemv_detail::kConsumerWarps * 32) {
         int const tok = e / kGroups, x = (e % kGroups) * 8;
         uint2 const q = *reinterpret_cast<uint2 const*>(st + kWBytes + swz(tok, x, kXBox));
         uint4 h;
@@ -385,16 +451,19 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>:
     else
       blocks(std::false_type{});
     cutlass::arch::ClusterBarrier::arrive(&empty[s]);
-    if (chunk == p.sched.chunks - 1 || i == count - 1) finish(strip);
+    if (chunk == sched.chunks - 1 || i == count - 1) finish(un);
   }
 }
 
-template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm>
-cudaError_t Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm>::run(GemmArgs const& g, cudaStream_t stream) noexcept {
+template <class OperandW, class OperandX, class ElementD, int Tokens, int CtasPerSm, bool Grouped>
+cudaError_t Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm, Grouped>::run(GemmArgs const& g, cudaStream_t stream) noexcept {
   if (!can_implement(g)) return cudaErrorInvalidValue;
   Params params = make_params(g);
-  if (!encode(params.w_map, g.a, g.m, kE2m1 ? g.k / 2 : g.k, g.lda, gemv_detail::kStripRows) ||
-      !encode(params.x_map, g.b, g.n, int64_t(g.k) * kXElemBytes, g.ldb * kXElemBytes, g.n))
+  // Grouped: the weight is (groups, rows, K) with its own group stride; the activations are
+  // every expert's rows, read in boxes of an item's most rows.
+  if (!encode(params.w_map, g.a, g.m, kE2m1 ? g.k / 2 : g.k, g.lda, gemv_detail::kStripRows, Grouped ? g.groups : 1,
+              Grouped ? g.group_stride_a : 0) ||
+      !encode(params.x_map, g.b, g.n, int64_t(g.k) * kXElemBytes, g.ldb * kXElemBytes, params.m))
     return cudaErrorInvalidValue;
   void const* entry = reinterpret_cast<void const*>(&sm90_mx_gemv_kernel<Sm90MxGemv>);
   int device = 0;

@@ -1,0 +1,103 @@
+// The grouped walk (TileSchedule(grouped=True), MoE experts): E problems sharing N and K whose
+// row counts live on the device. Each group's activation rows are cut into items of `Tokens`
+// rows (a group of 3 rows is one item of 3, not a padded tile; an empty group has none), and the
+// items x weight strips x K chunks are dealt by StripStreamK as one problem's strips x chunks:
+//
+//   unit u -> global strip gs = u / chunks, chunk u % chunks; item gs / strips, strip gs % strips.
+//
+// Every CTA builds the same item table from the group rows at launch (one warp, a few hundred
+// bytes read from L2), so the walk is decided on the device and nothing on the host reads offs
+// (CUDA graphs replay it with new routing). persistent_gemm.strip_schedule.grouped_strip_stream_k
+// is the Python twin (tests/test_grouped.py).
+#pragma once
+
+#include <cstdint>
+
+#include "cutlass/cutlass.h"
+
+namespace persistent_gemm::scheduler {
+
+// The most groups a launch takes (the table lives in shared memory: 12 bytes a group).
+constexpr int kMaxGroups = 512;
+
+// Where the rows of each group are: torch._grouped_mm's offs (cumulative ends over `rows`
+// activation rows, ld == 0) or the masked form's counts (group e's rows start at e * ld, at most
+// ld of them).
+struct GroupRows {
+  int32_t const* rows = nullptr;
+  int32_t groups = 0;
+  int32_t total = 0;  // offs: the activations' rows (offs[E-1] must equal it)
+  int64_t ld = 0;
+};
+
+struct GroupItem {
+  int32_t group, row0, rows;  // rows >= 1
+};
+
+struct GroupTable {
+  int32_t item_begin[kMaxGroups + 1];  // items before group e; [groups]: all items
+  int32_t row_begin[kMaxGroups];
+  int32_t row_end[kMaxGroups];
+
+  // One warp builds the table (lane = threadIdx.x % 32) and returns the first group whose rows
+  // are malformed (offs decreasing, past the rows, its last value not the rows; a count below 0
+  // or above ld), -1 when none. Malformed rows are clamped into [0, rows) first, so no role
+  // reads or writes outside the operands whatever the caller passed.
+  CUTLASS_DEVICE int32_t build(GroupRows const& g, int32_t tokens, int lane) {
+    int32_t carry = 0, bad = -1;
+    int32_t prev_end = 0;  // offs[e-1] of the first group of this round of 32
+    for (int32_t base = 0; base < g.groups; base += 32) {
+      int32_t const e = base + lane;
+      int32_t begin = 0, end = 0, raw = 0;
+      bool wrong = false;
+      if (e < g.groups) {
+        raw = g.rows[e];
+        if (g.ld == 0) {
+          int32_t const before = e == 0 ? 0 : (lane == 0 ? prev_end : g.rows[e - 1]);
+          wrong = raw < before || raw > g.total || (e == g.groups - 1 && raw != g.total);
+          begin = before < 0 ? 0 : (before > g.total ? g.total : before);
+          end = raw < begin ? begin : (raw > g.total ? g.total : raw);
+        } else {
+          wrong = raw < 0 || int64_t(raw) > g.ld;
+          begin = int32_t(e * g.ld);
+          end = begin + (raw < 0 ? 0 : (int64_t(raw) > g.ld ? int32_t(g.ld) : raw));
+        }
+      }
+      int32_t const items = (end - begin + tokens - 1) / tokens;
+      int32_t scan = items;  // inclusive prefix over the lanes
+      CUTLASS_PRAGMA_UNROLL
+      for (int d = 1; d < 32; d *= 2) {
+        int32_t const up = __shfl_up_sync(0xffffffffu, scan, d);
+        if (lane >= d) scan += up;
+      }
+      if (e < g.groups) {
+        item_begin[e] = carry + scan - items;
+        row_begin[e] = begin;
+        row_end[e] = end;
+      }
+      uint32_t const wrong_lanes = __ballot_sync(0xffffffffu, wrong);
+      if (bad < 0 && wrong_lanes) bad = base + __ffs(wrong_lanes) - 1;
+      carry += __shfl_sync(0xffffffffu, scan, 31);
+      prev_end = __shfl_sync(0xffffffffu, raw, 31);
+    }
+    if (lane == 0) item_begin[g.groups] = carry;
+    return bad;
+  }
+
+  CUTLASS_DEVICE int32_t items(int32_t groups) const { return item_begin[groups]; }
+
+  // The group and rows of item i (0 <= i < items): the last group whose items start at or
+  // before i (an empty group starts where the next one does, so it is never the answer).
+  CUTLASS_DEVICE GroupItem locate(int32_t i, int32_t groups, int32_t tokens) const {
+    int32_t lo = 0, hi = groups;  // item_begin[lo] <= i < item_begin[hi]
+    while (hi - lo > 1) {
+      int32_t const mid = (lo + hi) / 2;
+      if (item_begin[mid] <= i) lo = mid; else hi = mid;
+    }
+    int32_t const row0 = row_begin[lo] + (i - item_begin[lo]) * tokens;
+    int32_t const left = row_end[lo] - row0;
+    return {lo, row0, left < tokens ? left : tokens};
+  }
+};
+
+}  // namespace persistent_gemm::scheduler
