@@ -11,10 +11,9 @@
 #include "persistent_gemm/layout/mx_blocked.hpp"
 
 namespace persistent_gemm {
-namespace {
-
-// torch's own spelling ("torch.float32"), as the Python side and every other message use.
 std::string dtype_name(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
+
+namespace {
 
 void check_2d(char const* op, char const* arg, at::Tensor const& t, char const* shape) {
   TORCH_CHECK_VALUE(t.defined(), msg(op, ": ", arg, " is undefined; expected a ", shape, " tensor"));
@@ -52,6 +51,8 @@ void check_col_major(char const* op, char const* arg, at::Tensor const& t, char 
                     t.strides()));
 }
 
+}  // namespace
+
 at::ScalarType resolve_out(char const* op, std::optional<at::ScalarType> out_dtype,
                            at::ScalarType fallback) {
   at::ScalarType o = out_dtype.value_or(fallback);
@@ -66,6 +67,8 @@ void check_scale_dtype(char const* op, char const* arg, at::Tensor const& s) {
                    " must be torch.float8_e8m0fnu (one e8m0 scale per 1x32 block along K), got ",
                    dtype_name(s.scalar_type())));
 }
+
+namespace {
 
 void check_block_scale(char const* op, char const* arg, at::Tensor const& s, int64_t rows,
                        char const* rows_name, int64_t k, ScaleLayout layout, char const* layout_arg) {

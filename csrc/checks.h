@@ -75,6 +75,12 @@ Epilogue check_epilogue(char const* op, at::Tensor const& a, std::optional<at::T
 // definition, also what the dispatcher does for a kernel without a fused epilogue or K == 0.
 at::Tensor epilogue_reference(at::Tensor acc, Epilogue const& epi, at::ScalarType out_dtype);
 
+// torch's own spelling ("torch.float32"), as the Python side and every other message use.
+std::string dtype_name(at::ScalarType t);
+// out_dtype or the op's default, which must be bf16, fp16 or fp32.
+at::ScalarType resolve_out(char const* op, std::optional<at::ScalarType> out_dtype, at::ScalarType fallback);
+void check_scale_dtype(char const* op, char const* arg, at::Tensor const& s);
+
 constexpr int64_t kMxBlock = 32;  // elements per e8m0 scale along K
 
 // e8m0 scales per row of an MX operand with K columns (the last block may be partial).

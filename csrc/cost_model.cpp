@@ -5,6 +5,7 @@
 #include "persistent_gemm/scheduler/tile_scheduler.hpp"  // stream_k_split
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace persistent_gemm {
@@ -206,6 +207,24 @@ Estimate estimate_bf16_route(Request const& r, KernelGeometry const& g, ArchCost
 
 Estimate estimate_gemv(Request const& r, KernelGeometry const& g, ArchCost const& c) {
   using namespace model;
+  if (g.grouped && r.groups > 0) {
+    // Grouped: the rows' experts are known on the device only. Expected: each row a different
+    // expert until all are touched, rows spread evenly over those, the busiest expert 1.5x the
+    // mean (top-k routing's spread); an expert streams its weight once per item of tile_n rows.
+    Request one = r;
+    one.groups = 0;
+    double const touched = std::min<double>(r.groups, double(r.n));
+    double const rows = 1.5 * double(r.n) / touched;
+    double const items = touched * std::ceil(rows / g.tile_n);
+    one.n = std::min<int64_t>(g.tile_n, int64_t(std::ceil(rows)));
+    KernelGeometry dense = g;
+    dense.grouped = false;
+    Estimate e = estimate_gemv(one, dense, c);
+    double const fixed = kGemvFixedUs + c.launch_us;
+    e.dram_us *= items, e.mma_us *= items;
+    e.us = (e.us - fixed) * items + fixed;
+    return e;
+  }
   Estimate e;
   bool const e2m1 = r.a == DType::E2M1;  // oriented: the weight is the kernel's A
   int64_t const strips = cdiv(r.m, g.tile_m), row_bytes = e2m1 ? r.k / 2 : r.k;

@@ -190,28 +190,28 @@ at::Tensor k_padded_copy(at::Tensor const& rows_by_k, int64_t kp_bytes) {
   return buf;
 }
 
-// The operands of one GEMM D (M, N) = A (M, K) @ W (N, K)^T in the op's orientation: a the
-// activations, w = b^T the weight (any strides for mm / scaled_mm, rows of K for the MX ops);
-// scale_a / scale_b as the op took them (fp32 tensorwise / rowwise, or e8m0 per 1x32 block in
-// `layouts`).
-struct Operands {
-  at::Tensor a, w, scale_a, scale_b;
-  ScaleLayouts layouts{ScaleLayout::Plain, ScaleLayout::Plain, "scale_b_layout"};
-};
+at::ScalarType torch_dtype(DType d) {
+  return d == DType::FP32 ? at::kFloat : d == DType::FP16 ? at::kHalf : at::kBFloat16;
+}
+
+// The kernels index tiles and elements with 32-bit extents.
+void check_extents(char const* op, Problem const& p) {
+  for (auto [what, v] : {std::pair<char const*, int64_t>{"M", p.m}, {"N", p.n}, {"K", p.k}})
+    TORCH_CHECK_VALUE(v < (int64_t(1) << 31), msg(op, ": ", what, " = ", v, " exceeds the 2^31 the kernels index"));
+}
+
+}  // namespace
 
 Request request_for(Problem const& p, DType a, DType b, ScaleMode scale, std::optional<c10::string_view> config) {
   return make_request(p.m, p.n, p.k, a, b, to_dtype(p.out_dtype), scale,
                       config ? std::optional<std::string>(std::string(config->data(), config->size())) : std::nullopt);
 }
 
-at::ScalarType torch_dtype(DType d) {
-  return d == DType::FP32 ? at::kFloat : d == DType::FP16 ? at::kHalf : at::kBFloat16;
-}
-
 // The one launch path of every op: choose the kernel, adapt the operands to what it reads
 // (aligned K-major copies, padded M or K, scale relayouts), launch on the current stream, and
 // finish D (unfused epilogue, cast, narrowing). A swap-AB kernel runs D^T = W A^T: the weight is
 // its A operand, the activations its B, and it writes D transposed, i.e. D row-major, no copy.
+// Grouped (in.groups): the same, the kernel walking the groups' rows on the device.
 at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands in, Problem const& p,
                   Epilogue const& epi) {
   bool const mx = req.scale == ScaleMode::Block32;
@@ -266,8 +266,12 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
   int64_t const ldd = c.pad_d ? (p.n * kernel_elem + 15) / 16 * 16 / kernel_elem : p.n;
   auto d_buf = at::empty({m_run, ldd}, in.a.options().dtype(kernel_out));
   // Test hook (and the self-check): NaN in every element the kernel is meant to write, so a
-  // skipped tile shows.
-  if (poison_outputs()) d_buf.fill_(std::numeric_limits<float>::quiet_NaN());
+  // skipped tile shows. The masked grouped form's rows past each group's count are zeros, which
+  // the kernel never writes.
+  if (in.groups && in.groups->rows_ld > 0)
+    d_buf.zero_();
+  else if (poison_outputs())
+    d_buf.fill_(std::numeric_limits<float>::quiet_NaN());
 
   GemmArgs args;
   at::Tensor const& x = e.swap_ab ? in.w : in.a;  // the kernel's A: (its M, K)
@@ -291,6 +295,13 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
   if (sy.defined()) args.scale_b = sy.data_ptr();
   if (plain_a)  // the activations' plain e8m0 rows, in place
     args.ld_scale_b = sa.size(0) > 1 ? sa.stride(0) : std::max<int64_t>(1, sa.size(1));
+  if (in.groups) {
+    args.groups = int32_t(in.groups->count);
+    args.group_rows = in.groups->rows.data_ptr<int32_t>();
+    args.group_rows_ld = in.groups->rows_ld;
+    args.group_stride_a = in.groups->weight_stride;
+    args.group_stride_scale_a = in.groups->scale_stride;
+  }
   args.sm_count = req.sm_count;
   args.max_workers = self_check::forced_workers();  // 0 (fill the GPU) but in a self-check's one-cluster pass
   at::Tensor const workspace = attach_workspace(e, args, in.a.options());
@@ -303,14 +314,6 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
   if (kernel_out != p.out_dtype) return d.to(p.out_dtype);
   return c.pad_d ? d.contiguous() : d;
 }
-
-// The kernels index tiles and elements with 32-bit extents.
-void check_extents(char const* op, Problem const& p) {
-  for (auto [what, v] : {std::pair<char const*, int64_t>{"M", p.m}, {"N", p.n}, {"K", p.k}})
-    TORCH_CHECK_VALUE(v < (int64_t(1) << 31), msg(op, ": ", what, " = ", v, " exceeds the 2^31 the kernels index"));
-}
-
-}  // namespace
 
 void set_poison_outputs(bool on) { g_poison_outputs.store(on); }
 

@@ -8,6 +8,8 @@
 
 #include <ATen/ATen.h>
 
+#include "checks.h"
+#include "heuristics.h"
 #include "persistent_gemm/host/arch_module.h"
 #include "persistent_gemm/registry.h"
 
@@ -32,6 +34,24 @@ at::Tensor weight_only_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Ten
                                std::optional<at::ScalarType> out_dtype, c10::string_view scale_b_layout,
                                std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias);
 
+// Grouped GEMMs (grouped_mm, grouped.cpp): E problems whose rows are known on the device only.
+// rows: int32 (E,) on a's device, torch's offs (cumulative ends; rows_ld 0) or the masked form's
+// counts (group e's rows at e * rows_ld); the weight's and its blocked scales' bytes between groups.
+struct Groups {
+  at::Tensor rows;
+  int64_t count = 0, rows_ld = 0, weight_stride = 0, scale_stride = 0;
+};
+
+// The operands of one GEMM D (M, N) = A (M, K) @ W (N, K)^T in the op's orientation: a the
+// activations, w = b^T the weight (any strides for mm / scaled_mm, rows of K for the MX ops;
+// grouped: the first group's (N, K) rows); scale_a / scale_b as the op took them (fp32 tensorwise
+// / rowwise, or e8m0 per 1x32 block in `layouts`).
+struct Operands {
+  at::Tensor a, w, scale_a, scale_b;
+  ScaleLayouts layouts{ScaleLayout::Plain, ScaleLayout::Plain, "scale_b_layout"};
+  Groups const* groups = nullptr;
+};
+
 // Tests only: fill each kernel's output buffer with NaN before the launch.
 void set_poison_outputs(bool on);
 
@@ -50,5 +70,10 @@ uint64_t registry_generation();
 ArchModule const* arch_for_device(int device);
 // The module of `a`'s device; throws, naming the built archs, when there is none.
 ArchModule const& require_arch(char const* op, at::Tensor const& a);
+
+// The one launch path of every op (dispatch.cpp says what it does).
+at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands in, Problem const& p,
+                  Epilogue const& epi);
+Request request_for(Problem const& p, DType a, DType b, ScaleMode scale, std::optional<c10::string_view> config);
 
 }  // namespace persistent_gemm

@@ -124,7 +124,8 @@ Request make_request(int64_t m, int64_t n, int64_t k, DType a, DType b, DType d,
 // Why the MX decode GEMV `e` cannot run `r` ("" when it can): tokens on its n8 MMA tiles, whole
 // 1x32 blocks streamed by 16-byte bulk copies.
 static std::string gemv_misfit(KernelEntry const& e, Request const& r) {
-  if (r.m > e.geometry.tile_n)
+  // Grouped: any rows, cut into items of tile_n per expert on the device.
+  if (!e.geometry.grouped && r.m > e.geometry.tile_n)
     return "MX decode GEMV: M = " + std::to_string(r.m) + " exceeds its " + std::to_string(e.geometry.tile_n) + " tokens";
   if (r.k % 32)
     return "MX decode GEMV: K = " + std::to_string(r.k) + " is not a multiple of 32 (its bulk copies stream whole 1x32 blocks)";
@@ -135,6 +136,7 @@ bool has_candidate(KernelTable const& table, Request const& r) {
   for (int i = 0; i < table.count; ++i) {
     KernelEntry const& e = table.entries[i];
     if (e.a_dtype != r.a || e.b_dtype != r.b || e.scale_mode != r.scale) continue;
+    if (e.geometry.grouped != (r.groups > 0)) continue;
     if (e.geometry.style == KernelStyle::Gemv && !gemv_misfit(e, r).empty()) continue;
     if (adaptation_cost(e, r, nullptr) >= 0) return true;
   }
@@ -186,6 +188,11 @@ Ranking rank(char const* op, KernelTable const& table, Request const& r, bool ex
     if (e.a_dtype != r.a || e.b_dtype != r.b) {
       reject(e.config, std::string("operands are ") + dtype_str(e.a_dtype) +
                            (e.b_dtype != e.a_dtype ? std::string(" x ") + dtype_str(e.b_dtype) : std::string()),
+             /*other_op=*/true);
+      continue;
+    }
+    if (e.geometry.grouped != (r.groups > 0)) {
+      reject(e.config, e.geometry.grouped ? "a grouped kernel (MoE experts, grouped_mm)" : "one problem's kernel, not grouped",
              /*other_op=*/true);
       continue;
     }

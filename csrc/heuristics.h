@@ -23,6 +23,9 @@ struct Request {
   bool d_aligned = true;  // D rows 16-byte aligned, as a TMA store needs
   bool a_needs_copy = false, b_needs_copy = false;  // operand not TMA-readable as given
   int sm_count = 132;
+  // Grouped (pg.grouped_mm, MoE experts): m rows over `groups` problems of (N, K) each, how many
+  // rows each has known only on the device. 0: one problem.
+  int32_t groups = 0;
   std::optional<std::string> config;  // forced by the caller
 
   bool operator==(Request const&) const = default;  // every field: the decision cache's key

@@ -52,7 +52,7 @@ def test_a_malformed_name_shows_the_form():
     with pytest.raises(ConfigError) as e:
         parse_name("sm90a_bf16_128x256x64")
     assert str(e.value).endswith(
-        "is not of the form <arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>[_sk<split_k>][_streamk][_nolanes]"
+        "is not of the form <arch>_<dtype>_<tm>x<tn>x<tk>_c<cm>x<cn>_sw<S>_<row|column>[_sk<split_k>][_streamk][_nolanes][_grouped]"
         "_<coop|pp|gemv|1sm|2sm>[_swapab][_fastacc][_bf16route|_fold][_s<stages>]")
 
 

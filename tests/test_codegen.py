@@ -45,9 +45,10 @@ def test_generate_writes_named_files(tmp_path):
     for cfg in CATALOGUE:
         if cfg.arch != "sm90a":
             continue
-        if cfg.kernel == "gemv":  # the decode GEMVs: one TU per family, no tile-scheduler walk
-            assert f"sm90a_{cfg.dtype}_gemv.cu" in names and f"{cfg.name}.cu" not in names
-            text = (tmp_path / "sm90a" / f"sm90a_{cfg.dtype}_gemv.cu").read_text()
+        if cfg.kernel == "gemv":  # the decode GEMVs: one TU per family (and grouped), no tile-scheduler walk
+            tu = f"sm90a_{cfg.dtype}_gemv{'_grouped' if cfg.schedule.grouped else ''}.cu"
+            assert tu in names and f"{cfg.name}.cu" not in names
+            text = (tmp_path / "sm90a" / tu).read_text()
             assert all(f"run_{codegen.ident(cfg.name)}__{v.suffix}(" in text for v in codegen.variants(cfg))
             continue
         # One TU per config: its scheduler walk and every variant (none in another config's TU).

@@ -105,3 +105,54 @@ class StripStreamK(EvenShare):
         shared = sum(1 for p in self.walk() if p.role == "reducer")
         return (f"stream-K over {self.strips} strips x {self.chunks} K units on {self.workers} workers "
                 f"({self.units / self.workers:.2f} units each, {shared} strips reduced across CTAs)")
+
+
+class GroupItem(NamedTuple):
+    """One item of a grouped walk: ``rows`` (>= 1, at most the token tile) of expert ``group``'s
+    rows, starting at activation row ``row0``."""
+
+    group: int
+    row0: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class GroupedStripStreamK:
+    """The grouped decode GEMV's walk (TileSchedule(grouped=True); the Python twin of
+    ``scheduler/grouped_rows.hpp``): each expert's rows cut into items of up to ``tokens`` rows,
+    the items' strips x K chunks dealt like one problem's (:class:`StripStreamK` over
+    ``items x strips`` strips). Built from the rows on the host here; the kernel builds the same
+    table from ``offs`` on the device.
+
+    >>> w = GroupedStripStreamK.from_offs([0, 3, 3, 20], tokens=8, n=256, k=512, dtype="e4m3xe2m1", sm_count=132)
+    >>> w.items
+    (GroupItem(group=1, row0=0, rows=3), GroupItem(group=3, row0=3, rows=8), GroupItem(group=3, row0=11, rows=8), GroupItem(group=3, row0=19, rows=1))
+    """
+
+    items: tuple[GroupItem, ...]
+    strips_per_item: int
+    schedule: StripStreamK
+
+    @classmethod
+    def from_offs(cls, offs, *, tokens: int, n: int, k: int, dtype: str, sm_count: int,
+                  masked_rows: int = 0) -> "GroupedStripStreamK":
+        """``offs``: torch's cumulative row ends (or, with ``masked_rows`` > 0, the masked form's
+        per-expert counts, expert e's rows starting at e * masked_rows)."""
+        one = StripStreamK.for_problem(n=n, k=k, dtype=dtype, sm_count=sm_count)
+        items, prev = [], 0
+        for e, v in enumerate(int(x) for x in offs):
+            begin, end = (e * masked_rows, e * masked_rows + v) if masked_rows else (prev, v)
+            if end < begin:
+                raise ValueError(f"offs must be non-decreasing (offs[{e}] = {v} < {begin})")
+            items += [GroupItem(e, r, min(tokens, end - r)) for r in range(begin, end, tokens)]
+            prev = end
+        if not items:
+            raise ValueError("no expert has rows: nothing to walk")
+        strips = len(items) * one.strips
+        return cls(tuple(items), one.strips, StripStreamK(strips, one.chunks, min(strips * one.chunks, sm_count)))
+
+    def unit(self, u: int) -> tuple[GroupItem, int, int]:
+        """Unit ``u``: its item, the strip in the expert's weight, and its K chunk."""
+        gs, chunk = divmod(u, self.schedule.chunks)
+        item, strip = divmod(gs, self.strips_per_item)
+        return self.items[item], strip, chunk

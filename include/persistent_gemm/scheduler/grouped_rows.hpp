@@ -30,6 +30,7 @@ struct GroupRows {
   int64_t ld = 0;
 };
 
+#if defined(__CUDACC__)  // the table is built and searched by the kernels only
 struct GroupItem {
   int32_t group, row0, rows;  // rows >= 1
 };
@@ -99,5 +100,6 @@ struct GroupTable {
     return {lo, row0, left < tokens ? left : tokens};
   }
 };
+#endif
 
 }  // namespace persistent_gemm::scheduler

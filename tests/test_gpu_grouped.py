@@ -1,0 +1,173 @@
+"""grouped_mm on a GPU (issue 45): the grouped decode GEMV of every MX format against float64 with
+NaN-poisoned outputs (empty and single-row experts, E = 1, experts past one token tile, a weight
+whose N is not a whole strip, bias, every output dtype), the masked form, CUDA-graph replay with
+new routing, no host sync, and offs checked by the kernel. CPU suite: tests/test_grouped.py."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import e8m0_scales, error_bound, mx_blocks, randn, rel_err, rounding_err
+
+import persistent_gemm as pg
+
+pytestmark = [pytest.mark.gpu]
+
+CUDA = "cuda"
+MX = ("mxfp4_weight_only", "mxfp8_weight_only", "fp8_fp4", "mxfp8")
+
+
+def stack(fmt, e, n, k, seed=0):
+    """(stacked PreparedWeight on the GPU, its float64 (E, N, K) values)."""
+    e2m1 = fmt in ("mxfp4_weight_only", "fp8_fp4")
+    quantize, deq = (pg.quantize_mxfp4, pg.dequantize_mxfp4) if e2m1 else (pg.quantize_mxfp8, pg.dequantize_mxfp8)
+    wq, _ = quantize(randn(e * n, k, torch.float32, seed=seed, device=CUDA))
+    ws = e8m0_scales(e * n, mx_blocks(k), seed=seed + 1, device=CUDA)
+    pw = pg.prepare_weight(wq.reshape(e, n, -1), ws.reshape(e, n, -1), fmt="fp4" if e2m1 else "mxfp8")
+    return pw, deq(wq, ws).double().reshape(e, n, k)
+
+
+def acts(fmt, rows, k, seed=0):
+    x = randn(rows, k, torch.bfloat16, seed=seed, device=CUDA)
+    if fmt in ("fp8_fp4", "mxfp8"):
+        xq, xs = pg.quantize_mxfp8(x)
+        return xq, xs, pg.dequantize_mxfp8(xq, xs).double()
+    return x, None, x.double()
+
+
+def expected(av, w, counts, bias=None):
+    out, row = [], 0
+    for e, c in enumerate(counts):
+        y = av[row:row + c] @ w[e].t()
+        out.append(y + bias[e].double() if bias is not None else y)
+        row += c
+    return torch.cat(out)
+
+
+def run_poisoned(fn):
+    pg._C.set_poison_outputs(True)
+    try:
+        return fn()
+    finally:
+        pg._C.set_poison_outputs(False)
+
+
+# Row counts per expert: decode (a few experts with a row or two), top-k batches whose experts
+# exceed one 8/16-row item, empty experts at both ends, E = 1, one expert of 200 rows.
+COUNTS = {
+    "decode": [0, 1, 0, 1, 1, 0, 0, 1],
+    "batch16": [9, 0, 17, 3, 1, 12, 0, 22],
+    "ends_empty": [0, 0, 5, 40, 0],
+    "one_expert": [37],
+    "wide": [200, 1],
+}
+
+
+@pytest.mark.parametrize("fmt", MX)
+@pytest.mark.parametrize("case", COUNTS, ids=str)
+def test_grouped_matches_float64(fmt, case):
+    counts = COUNTS[case]
+    e, n, k = len(counts), 320, 1024  # N: two whole strips and a partial one
+    pw, w = stack(fmt, e, n, k, seed=e + n)
+    a, sa, av = acts(fmt, sum(counts), k, seed=len(case))
+    offs = torch.cumsum(torch.tensor(counts, device=CUDA), 0).to(torch.int32)
+    bias = randn(e, n, torch.bfloat16, seed=5, device=CUDA)
+    out = run_poisoned(lambda: pg.grouped_mm(a, pw, offs, scale_a=sa, bias=bias))
+    ref = expected(av, w, counts, bias)
+    assert out.shape == ref.shape and out.dtype == torch.bfloat16 and not out.isnan().any()
+    err, bound = rel_err(out, ref), error_bound(rounding_err(ref, torch.bfloat16), 1e-6)
+    assert err <= bound, f"rel err {err:.3g} > {bound:.3g}"
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4_weight_only", "fp8_fp4"])
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16], ids=str)
+def test_grouped_output_dtypes(fmt, out_dtype):
+    counts = [3, 0, 6]
+    pw, w = stack(fmt, 3, 256, 512, seed=2)
+    a, sa, av = acts(fmt, sum(counts), 512, seed=3)
+    offs = torch.cumsum(torch.tensor(counts, device=CUDA), 0).to(torch.int32)
+    out = pg.grouped_mm(a, pw, offs, scale_a=sa, out_dtype=out_dtype)
+    ref = expected(av, w, counts)
+    assert out.dtype == out_dtype
+    assert rel_err(out, ref) <= error_bound(rounding_err(ref, out_dtype), 1e-6)
+
+
+@pytest.mark.parametrize("fmt", MX)
+def test_masked_form(fmt):
+    e, rows, n, k = 4, 24, 256, 512
+    pw, w = stack(fmt, e, n, k, seed=9)
+    a, sa, av = acts(fmt, e * rows, k, seed=10)
+    counts = torch.tensor([0, 24, 3, 11], dtype=torch.int32, device=CUDA)
+    out = pg.masked_grouped_mm(a.reshape(e, rows, k), pw, counts,
+                               scale_a=None if sa is None else sa.reshape(e, rows, -1))
+    assert out.shape == (e, rows, n)
+    for i, c in enumerate(counts.tolist()):
+        if c:
+            ref = av.reshape(e, rows, k)[i, :c] @ w[i].t()
+            assert rel_err(out[i, :c], ref) <= error_bound(rounding_err(ref, torch.bfloat16), 1e-6)
+        assert (out[i, c:] == 0).all()
+
+
+def test_bf16_experts_match_float64():
+    counts = [4, 0, 9]
+    w = randn(3 * 128, 256, torch.bfloat16, seed=1, device=CUDA).reshape(3, 128, 256)
+    a = randn(13, 256, torch.bfloat16, seed=2, device=CUDA)
+    offs = torch.cumsum(torch.tensor(counts, device=CUDA), 0).to(torch.int32)
+    bias = randn(3, 128, torch.bfloat16, seed=3, device=CUDA)
+    out = pg.grouped_mm(a, w.transpose(1, 2), offs, bias=bias)
+    ref = expected(a.double(), w.double(), counts, bias)
+    assert rel_err(out, ref) <= error_bound(rounding_err(ref, torch.bfloat16), 1e-5)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4_weight_only", "fp8_fp4"])
+def test_graph_replay_with_new_routing_and_no_host_sync(fmt):
+    e, n, k, rows = 8, 256, 512, 16
+    pw, w = stack(fmt, e, n, k, seed=11)
+    a, sa, av = acts(fmt, rows, k, seed=12)
+    offs = torch.zeros(e, dtype=torch.int32, device=CUDA)
+
+    def route(seed):  # random counts summing to `rows`, written into offs in place
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        experts = torch.randint(0, e, (rows,), generator=g)
+        counts = torch.bincount(experts, minlength=e)
+        offs.copy_(torch.cumsum(counts, 0).to(torch.int32))
+        return counts.tolist()
+
+    route(0)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        pg.grouped_mm(a, pw, offs, scale_a=sa)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.set_sync_debug_mode("error")  # a host read of offs (or anything) on the op's path raises
+    try:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = pg.grouped_mm(a, pw, offs, scale_a=sa)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for seed in (1, 2, 3):
+        counts = route(seed)
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        ref = expected(av, w, counts)
+        assert rel_err(out, ref) <= error_bound(rounding_err(ref, torch.bfloat16), 1e-6), counts
+
+
+def test_bad_offs_fails_the_launch_with_a_message():
+    # The kernel checks offs on the device: a bad one prints the entry and traps (the context is
+    # lost afterwards, so in a child process).
+    code = textwrap.dedent("""
+        import torch, persistent_gemm as pg
+        wq, ws = pg.quantize_mxfp4(torch.randn(4 * 128, 256, device="cuda"))
+        pw = pg.prepare_weight(wq.reshape(4, 128, -1), ws.reshape(4, 128, -1), fmt="fp4")
+        a = torch.randn(6, 256, device="cuda", dtype=torch.bfloat16)
+        pg.grouped_mm(a, pw, torch.tensor([2, 1, 4, 6], dtype=torch.int32, device="cuda"))
+        torch.cuda.synchronize()
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "offs must be non-decreasing" in r.stdout + r.stderr and "offs[1] = 1" in r.stdout + r.stderr

@@ -1,0 +1,193 @@
+"""grouped_mm / masked_grouped_mm (MoE experts, issue 45) on the CPU: the exact reference against
+float64 per expert in every format, the 3-D prepare_weight / from_mxfp4_blocks stacks, the errors
+that name the argument, the fake kernel (opcheck, torch.compile), the grouped config names and
+the grouped walk's Python twin. The kernels' suite is tests/test_gpu_grouped.py."""
+
+import pytest
+import torch
+from conftest import e8m0_scales, error_bound, mx_blocks, randn, rel_err, rounding_err
+
+import persistent_gemm as pg
+from persistent_gemm.strip_schedule import GroupedStripStreamK
+
+pytestmark = pytest.mark.skipif(not pg.extension_available(), reason="needs the built extension (the op's schema)")
+
+FORMATS = ("bf16", "mxfp4_weight_only", "mxfp8_weight_only", "fp8_fp4", "mxfp8")
+
+
+def offs_of(counts, device="cpu"):
+    return torch.cumsum(torch.tensor(counts, device=device), 0).to(torch.int32)
+
+
+def experts(fmt, e, n, k, seed=0, device="cpu"):
+    """(b for grouped_mm, its float64 (E, N, K) values): random weights with wide-range e8m0 scales."""
+    if fmt == "bf16":
+        w = randn(e * n, k, torch.bfloat16, seed=seed, device=device).reshape(e, n, k)
+        return w.transpose(1, 2).contiguous(), w.double()
+    quantize, deq, pfmt = ((pg.quantize_mxfp4, pg.dequantize_mxfp4, "fp4") if fmt in ("mxfp4_weight_only", "fp8_fp4")
+                           else (pg.quantize_mxfp8, pg.dequantize_mxfp8, "mxfp8"))
+    wq, _ = quantize(randn(e * n, k, torch.float32, seed=seed, device=device))
+    ws = e8m0_scales(e * n, mx_blocks(k), seed=seed + 1, device=device)
+    values = deq(wq, ws).double().reshape(e, n, k)
+    pw = pg.prepare_weight(wq.reshape(e, n, -1), ws.reshape(e, n, -1), fmt=pfmt)
+    return pw, values
+
+
+def activations(fmt, rows, k, seed=0, device="cpu"):
+    """(a, scale_a, their float64 values)."""
+    x = randn(rows, k, torch.bfloat16, seed=seed, device=device)
+    if fmt in ("fp8_fp4", "mxfp8"):
+        xq, xs = pg.quantize_mxfp8(x)
+        return xq, xs, pg.dequantize_mxfp8(xq, xs).double()
+    return x, None, x.double()
+
+
+def reference(values_a, values_w, counts, bias=None):
+    out, row = [], 0
+    for e, c in enumerate(counts):
+        y = values_a[row:row + c] @ values_w[e].t()
+        out.append(y + bias[e].double() if bias is not None else y)
+        row += c
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("counts", [[3, 0, 1, 7], [5], [0, 0, 2, 0]], ids=["mixed", "one_expert", "mostly_empty"])
+def test_grouped_mm_matches_float64(fmt, counts):
+    e, n, k = len(counts), 40, 96
+    b, w = experts(fmt, e, n, k, seed=e)
+    a, sa, av = activations(fmt, sum(counts), k, seed=n)
+    bias = randn(e, n, torch.bfloat16, seed=3)
+    out = pg.grouped_mm(a, b, offs_of(counts), scale_a=sa, bias=bias)
+    ref = reference(av, w, counts, bias)
+    assert out.shape == (sum(counts), n) and out.dtype == torch.bfloat16
+    assert rel_err(out, ref) <= error_bound(rounding_err(ref, torch.bfloat16))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_masked_form_zeroes_rows_past_each_count(fmt):
+    e, rows, n, k = 3, 4, 24, 64
+    b, w = experts(fmt, e, n, k, seed=7)
+    a, sa, av = activations(fmt, e * rows, k, seed=8)
+    counts = [2, 0, 4]
+    a3 = a.reshape(e, rows, k)
+    out = pg.masked_grouped_mm(a3, b, torch.tensor(counts, dtype=torch.int32),
+                               scale_a=None if sa is None else sa.reshape(e, rows, -1), out_dtype=torch.float32)
+    assert out.shape == (e, rows, n) and out.dtype == torch.float32
+    for i, c in enumerate(counts):
+        ref = av.reshape(e, rows, k)[i, :c] @ w[i].t()
+        assert rel_err(out[i, :c], ref) <= 1e-6 if c else True
+        assert (out[i, c:] == 0).all()
+
+
+def test_stacked_prepare_is_each_expert_prepared():
+    e, n, k = 3, 130, 64
+    wq, ws = pg.quantize_mxfp4(randn(e * n, k, torch.float32, seed=1))
+    pw = pg.prepare_weight(wq.reshape(e, n, -1), ws.reshape(e, n, -1), fmt="fp4")
+    assert pw.experts == e and pw.b.shape == (e, k // 2, n) and pw.scale_b.shape[0] == e
+    for i in range(e):
+        one = pg.prepare_weight(wq.reshape(e, n, -1)[i], ws.reshape(e, n, -1)[i], fmt="fp4")
+        assert torch.equal(pw.expert(i).b.t().view(torch.uint8), one.b.t().view(torch.uint8))
+        assert torch.equal(pw.scale_b[i].view(torch.uint8), one.scale_b.view(torch.uint8))
+    assert torch.equal(pw.dequantize(), pg.dequantize_mxfp4(wq, ws).reshape(e, n, k))
+
+
+def test_from_mxfp4_blocks_takes_gpt_oss_stacks():
+    g = torch.Generator().manual_seed(4)
+    e, n, k = 2, 8, 64
+    blocks = torch.randint(0, 256, (e, n, k // 32, 16), generator=g, dtype=torch.uint8)
+    scales = torch.randint(110, 140, (e, n, k // 32), generator=g, dtype=torch.uint8)
+    pw = pg.from_mxfp4_blocks(blocks, scales)
+    assert pw.experts == e
+    for i in range(e):
+        assert torch.equal(pw.expert(i).dequantize(), pg.from_mxfp4_blocks(blocks[i], scales[i]).dequantize())
+
+
+def _args(**over):
+    b, _ = experts("mxfp4_weight_only", 3, 16, 64)
+    args = dict(a=randn(6, 64, torch.bfloat16), b=b, offs=offs_of([2, 1, 3]))
+    args.update(over)
+    return args
+
+
+@pytest.mark.parametrize("over,match", [
+    (dict(offs=torch.tensor([2, 1, 6], dtype=torch.int32)), r"offs must be non-decreasing .*offs\[1\] = 1"),
+    (dict(offs=torch.tensor([2, 3, 5], dtype=torch.int32)), r"offs\[-1\] == 6 .*offs\[2\] = 5"),
+    (dict(offs=torch.tensor([2, 6], dtype=torch.int32)), r"offs must be 1-D with one entry per expert \(E = 3"),
+    (dict(offs=torch.tensor([2, 3, 6])), r"offs must be torch.int32"),
+    (dict(a=randn(6, 48, torch.bfloat16)), r"a's K = 48 but b is"),
+    (dict(a=randn(6, 64, torch.float32)), r"a must be torch.bfloat16, torch.float16 or torch.float8_e4m3fn"),
+], ids=["decreasing", "last_not_rows", "length", "dtype", "k", "a_dtype"])
+def test_bad_input_names_the_argument(over, match):
+    a = _args(**over)
+    with pytest.raises((ValueError, TypeError, RuntimeError), match=match):
+        pg.grouped_mm(a["a"], a["b"], a["offs"])
+
+
+def test_bad_input_other_operands():
+    b16, _ = experts("bf16", 2, 8, 48)
+    with pytest.raises(ValueError, match=r"K = 48 must be a multiple of 32 for MX"):
+        torch.ops.persistent_gemm.grouped_mm(randn(3, 48, torch.bfloat16), torch.zeros(2, 48, 8, dtype=torch.float8_e4m3fn),
+                                             offs_of([1, 2]), None, torch.zeros(2, 256, dtype=torch.float8_e8m0fnu))
+    with pytest.raises(TypeError, match=r"an MX b goes through prepare_weight"):
+        pg.grouped_mm(randn(3, 48, torch.bfloat16), torch.zeros(2, 48, 8, dtype=torch.float8_e4m3fn), offs_of([1, 2]))
+    with pytest.raises(TypeError, match=r"b must have a's dtype torch.float16"):
+        pg.grouped_mm(randn(3, 48, torch.float16), b16, offs_of([1, 2]))
+    with pytest.raises(ValueError, match=r"bias must be \(E, N\) = \(2, 8\)"):
+        pg.grouped_mm(randn(3, 48, torch.bfloat16), b16, offs_of([1, 2]), bias=torch.zeros(8, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=r"offs is on meta but a is on cpu"):
+        pg.grouped_mm(randn(3, 48, torch.bfloat16), b16, offs_of([1, 2], device="meta"))
+    pw, _ = experts("mxfp8_weight_only", 2, 8, 64)
+    with pytest.raises(ValueError, match=r"e4m3 a needs scale_a"):
+        pg.grouped_mm(randn(3, 64, torch.bfloat16).to(torch.float8_e4m3fn), pw, offs_of([1, 2]))
+    with pytest.raises(ValueError, match=r"counts must be in \[0, 2\]"):
+        pg.masked_grouped_mm(randn(4, 64, torch.bfloat16).reshape(2, 2, 64), pw, torch.tensor([1, 3], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"2-D PreparedWeight \(one expert\)"):
+        pg.grouped_mm(randn(3, 64, torch.bfloat16), pw.expert(0), offs_of([1, 2]))
+
+
+def test_grouped_mm_refuses_grad():
+    b, _ = experts("bf16", 2, 8, 32)
+    a = randn(3, 32, torch.bfloat16).requires_grad_()
+    with pytest.raises(RuntimeError, match=r"a requires grad, but grouped_mm is for inference"):
+        pg.grouped_mm(a, b, offs_of([1, 2]))
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4_weight_only", "fp8_fp4"])
+def test_opcheck_and_compile(fmt):
+    b, _ = experts(fmt, 3, 16, 64)
+    a, sa, _ = activations(fmt, 5, 64)
+    offs = offs_of([2, 0, 3])
+    w, sb = (b.b, b.scale_b) if isinstance(b, pg.PreparedWeight) else (b, None)
+    args = (a, w, offs, sa, sb, None, None, None)
+    # torch's test_schema compares inputs with allclose, which has no CPU kernel for the 8-bit
+    # and 4-bit dtypes: there, the other checks, and "no input is mutated" bitwise ourselves.
+    utils = () if fmt == "bf16" else ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    before = [t.view(torch.uint8).clone() if t.element_size() == 1 else t.clone() for t in args[:5] if t is not None]
+    torch.library.opcheck(torch.ops.persistent_gemm.grouped_mm.default, args, **({"test_utils": utils} if utils else {}))
+    after = [t.view(torch.uint8) if t.element_size() == 1 else t for t in args[:5] if t is not None]
+    assert all(torch.equal(x, y) for x, y in zip(before, after))
+    f = torch.compile(lambda x, o: pg.grouped_mm(x, b, o, scale_a=sa), fullgraph=True, backend="aot_eager")
+    assert torch.equal(f(a, offs), pg.grouped_mm(a, b, offs, scale_a=sa))
+
+
+def test_grouped_config_names():
+    names = [c.name for c in pg.CATALOGUE if c.schedule.grouped]
+    assert {pg.KernelConfig.from_name(n).dtype for n in names} == {"bf16xe2m1", "bf16xe4m3", "e4m3xe2m1", "mxfp8"}
+    assert all("_grouped_gemv_" in n and pg.KernelConfig.from_name(n).schedule.grouped for n in names)
+    with pytest.raises(pg.ConfigError, match=r"only the decode GEMV .* walks grouped problems"):
+        pg.KernelConfig(tile=(128, 256, 64), schedule=pg.TileSchedule(grouped=True))
+
+
+@pytest.mark.parametrize("counts,tokens", [([3, 0, 17, 8, 0], 8), ([64, 1], 16), ([0, 0, 5], 64)])
+def test_grouped_walk_covers_every_row_and_unit_once(counts, tokens):
+    walk = GroupedStripStreamK.from_offs(offs_of(counts).tolist(), tokens=tokens, n=300, k=1024, dtype="e4m3xe2m1",
+                                         sm_count=7)
+    rows = [r for it in walk.items for r in range(it.row0, it.row0 + it.rows)]
+    assert rows == list(range(sum(counts)))  # every row once, in order, items never padded
+    assert all(1 <= it.rows <= tokens for it in walk.items)
+    seen = {walk.unit(u)[:2] + (walk.unit(u)[2],) for u in range(walk.schedule.units)}
+    assert len(seen) == walk.schedule.units == len(walk.items) * walk.strips_per_item * walk.schedule.chunks
+    masked = GroupedStripStreamK.from_offs(counts, tokens=tokens, n=300, k=1024, dtype="e4m3xe2m1", sm_count=7,
+                                           masked_rows=max(counts))
+    assert [(it.group, it.rows) for it in masked.items] == [(it.group, it.rows) for it in walk.items]
