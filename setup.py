@@ -375,7 +375,8 @@ def main():
         cmdclass=cmdclass,
         python_requires=">=3.10",
         install_requires=["torch>=2.8"],
-        extras_require={"plot": ["matplotlib"], "test": ["pytest", "hypothesis"]},
+        # models: transformers, whose MoE experts pg.nn.quantize_ swaps (persistent_gemm.moe; tests/test_moe.py)
+        extras_require={"plot": ["matplotlib"], "test": ["pytest", "hypothesis"], "models": ["transformers"]},
     )
 
 

@@ -24,6 +24,10 @@ gpt-oss are served on Hopper) run fused kernels for bf16 activations on sm90a: t
 (up to 64 tokens) and the bf16 route (prefill); nothing is quantized at run time. fp16
 activations run the op's exact reference (bf16 cannot hold them).
 
+MoE experts are swapped too, each layer's experts into one :class:`GroupedExperts` (grouped GEMMs
+in the formats above but fp8_rowwise): transformers' gpt-oss and Mixtral-style experts, as
+:mod:`persistent_gemm.moe` says.
+
 Inputs may have any leading dims (``(..., in_features)``). The output has the input's dtype
 (bf16, fp16 or fp32: an fp16 model stays fp16 after the swap), computed in the layer's compute
 dtype (bf16 for the quantized formats) and rounded once. ``model.half()``, ``.float()``,
@@ -47,10 +51,11 @@ from typing import Callable, Optional, Union
 import torch
 
 from .kernel_config import KernelConfig
+from .moe import GroupedExperts, SparseMoeBlock, swap_moe_
 from .quant import _NATIVE_DTYPES, MX_BLOCK, RULES, _rowwise_e4m3_reference, quantize_mxfp4, quantize_mxfp8
 from .scale_layout import to_blocked
 
-__all__ = ["FORMATS", "QuantConfig", "Linear", "quantize_"]
+__all__ = ["FORMATS", "QuantConfig", "Linear", "GroupedExperts", "SparseMoeBlock", "quantize_"]
 
 #: The formats a :class:`Linear` computes in.
 FORMATS = ("bf16", "fp8_rowwise", "mxfp8", "fp8_fp4", "mxfp8_weight_only", "mxfp4_weight_only")
@@ -278,7 +283,12 @@ def quantize_(model: torch.nn.Module, config: Union[QuantConfig, str] = "bf16",
     """Replace, in place, every ``torch.nn.Linear`` of ``model`` for which
     ``filter_fn(module, fully_qualified_name)`` is true (all, by default) with a :class:`Linear`
     in ``config``'s format, and return ``model``. A layer the format cannot take (fp8_fp4 with
-    ``in_features % 32``) raises ValueError naming it; exclude it with ``filter_fn``."""
+    ``in_features % 32``) raises ValueError naming it; exclude it with ``filter_fn``.
+
+    MoE experts go first, each in one module (:class:`GroupedExperts`, two grouped GEMMs per
+    call; a ModuleList block becomes a :class:`SparseMoeBlock`): transformers' gpt-oss and
+    Mixtral-style experts, asked about with ``filter_fn`` too (persistent_gemm.moe says which
+    modules and their state dict). ``config.config`` and ``use_fast_accum`` apply to Linears only."""
     if isinstance(config, str):
         config = QuantConfig(config)
     if not isinstance(config, QuantConfig):
@@ -288,8 +298,8 @@ def quantize_(model: torch.nn.Module, config: Union[QuantConfig, str] = "bf16",
     if isinstance(model, torch.nn.Linear):
         raise TypeError("quantize_ replaces the Linear children of a model in place; for one layer use "
                         "persistent_gemm.nn.Linear.from_linear(linear, config)")
-    swapped = 0
-    for fqn, parent in list(model.named_modules()):
+    swapped = swap_moe_(model, config.format, config.rule, filter_fn)
+    for fqn, parent in list(model.named_modules()):  # after the MoE swap: a swapped block's Linears are gone
         for name, child in list(parent.named_children()):
             full = f"{fqn}.{name}" if fqn else name
             if type(child) is not torch.nn.Linear or (filter_fn is not None and not filter_fn(child, full)):
