@@ -286,6 +286,9 @@ std::string route_text(KernelEntry const& e, Request const& r, ArchCost const& c
     t += e.fast_accum       ? ", fast accumulation"
          : promoted_fp8(e) ? ", promoted fp32 accumulation"
                            : ", fp32 accumulation in TMEM (tcgen05)";
+  if (e.geometry.grouped)
+    t += ", grouped: each expert's rows cut into items of up to " + std::to_string(e.geometry.tile_n) +
+         " from offs on the device, only the experts with rows streamed";
   if (e.geometry.style == KernelStyle::Gemv)
     t += std::string(", decode GEMV: mma.sync per 32-K block over 128-row weight strips, stream-K across SMs with "
                      "a fixed-order reduction of shared strips") +

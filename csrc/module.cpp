@@ -126,9 +126,10 @@ std::pair<ArchModule const*, Request> describe(char const* op, std::string const
 // op's reference anywhere).
 py::dict explain(std::string const& arch, int64_t m, int64_t n, int64_t k, std::string const& dtype,
                  std::string const& out_dtype, bool a_k_major, bool b_k_major, std::string const& scale,
-                 int sm_count, std::optional<std::string> config, bool fast_accum) {
-  auto const [mod, r] = describe("explain", arch, m, n, k, dtype, out_dtype, a_k_major, b_k_major, scale, sm_count,
-                                 config, fast_accum);
+                 int sm_count, std::optional<std::string> config, bool fast_accum, int groups) {
+  auto [mod, r] = describe("explain", arch, m, n, k, dtype, out_dtype, a_k_major, b_k_major, scale, sm_count,
+                           config, fast_accum);
+  r.groups = groups;  // grouped_mm: m rows over `groups` experts (the op's Request, grouped.cpp)
   if (config) check_config_accum("explain", c10::string_view(*config), fast_accum);
   Choice c = explain_kernel("explain", *mod->table, r);
   KernelTable const& t = *mod->table;
@@ -277,7 +278,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("explain", &explain, py::arg("arch"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"),
         py::arg("out_dtype"), py::arg("a_k_major") = true, py::arg("b_k_major") = true,
         py::arg("scale") = "none", py::arg("sm_count") = 0, py::arg("config") = py::none(),
-        py::arg("fast_accum") = false);
+        py::arg("fast_accum") = false, py::arg("groups") = 0);
   m.def("set_tuned", [](std::string const& arch, int64_t m, int64_t n, int64_t k, std::string const& dtype,
                         std::string const& out_dtype, bool a_k_major, bool b_k_major, std::string const& scale,
                         bool fast_accum, int sm_count, std::string const& config) {

@@ -46,7 +46,7 @@ struct Kernel {
   bool (*can)(GemmArgs const&);
   size_t (*ws)(GemmArgs const&);
   int a_bits, b_bits, d_bytes;  // the kernel's A and B element bits (its A is the weight when swap-AB), D bytes
-  bool a_k_major, b_k_major, tma_store, swap_ab, mx, plain_b_scales, sm100, e2m1;
+  bool a_k_major, b_k_major, tma_store, swap_ab, mx, plain_b_scales, sm100, e2m1, gemv, grouped;
   persistent_gemm::ScaleMode scale;
 };
 int64_t round16(int64_t elems, int bits) {  // elements: a row of `elems`, rounded up to 16 bytes
@@ -93,6 +93,13 @@ ${table}  };
       // Weight-only MX (bf16 activations, swap-AB: the kernel's B) has no activation scales.
       if (e.mx && e.b_bits == 16) g.scale_b = nullptr;
       if (e.plain_b_scales && g.scale_b) g.ld_scale_b = (K0 + 31) / 32;
+      // Grouped (grouped_mm): 4 experts' weights a whole (N, K) apart, offs on the device.
+      if (e.grouped) {
+        g.groups = 4;
+        g.group_rows = reinterpret_cast<int32_t const*>(uintptr_t(13) << 20);
+        g.group_stride_a = g.lda * N * e.a_bits / 8;
+        g.group_stride_scale_a = 512 * ((N + 127) / 128) * ((K0 / 32 + 3) / 4);
+      }
       g.sm_count = e.sm100 ? 148 : 132;
       size_t const ws = e.ws(g);
       if (ws) g.workspace = reinterpret_cast<void*>(uintptr_t(11) << 20), g.workspace_bytes = ws;
@@ -106,6 +113,10 @@ ${table}  };
       GemmArgs w = g;
       w.scale_mode = e.scale == ScaleMode::None ? ScaleMode::Tensorwise : ScaleMode::None;
       std::printf("refuses %s other_scale_mode %d\n", e.name, int(!e.can(w)));
+      if (e.gemv) {  // a grouped GEMV refuses one problem's arguments, a dense one a grouped problem's
+        w = g, w.groups = e.grouped ? 0 : 4, w.group_rows = reinterpret_cast<int32_t const*>(uintptr_t(13) << 20);
+        std::printf("refuses %s other_grouping %d\n", e.name, int(!e.can(w)));
+      }
       if (e.scale == ScaleMode::Tensorwise || e.scale == ScaleMode::Rowwise) {
         w = g, w.scale_a = nullptr;
         std::printf("refuses %s no_scale_a %d\n", e.name, int(!e.can(w)));
@@ -123,8 +134,8 @@ def _valid(cfg, m, n, k) -> bool:
     """Whether the op (and the dispatcher, for this forced config) accepts the shape at all."""
     if cfg.dtype in E2M1_DTYPES and k % 32:
         return False  # fp8_fp4_mm's and weight_only_mm's rule for packed e2m1
-    if cfg.kernel == "gemv":
-        return m <= cfg.tile[1] and k % 32 == 0  # tokens on its n8 tiles; whole 1x32 blocks
+    if cfg.kernel == "gemv":  # tokens on its n8 tiles (grouped: any, in items); whole 1x32 blocks
+        return (cfg.schedule.grouped or m <= cfg.tile[1]) and k % 32 == 0
     return True
 
 
@@ -156,6 +167,7 @@ def _probe_sources(arch: str) -> tuple[dict, list]:
                         f"{str(v.a_k_major).lower()}, {str(v.b_k_major).lower()}, {str(v.tma_store).lower()}, "
                         f"{str(c.swap_ab).lower()}, {str(mx).lower()}, {str(plain).lower()}, "
                         f"{str(arch == 'sm100a').lower()}, {str(c.dtype in E2M1_DTYPES).lower()}, "
+                        f"{str(c.kernel == 'gemv').lower()}, {str(c.schedule.grouped).lower()}, "
                         f"persistent_gemm::ScaleMode::{scale}}},\n")
             names.append((c, v))
     # The TUs of one header open with the same #include and their own namespace blocks: they
@@ -198,5 +210,6 @@ def test_every_kernel_accepts_what_the_dispatcher_hands_it(arch, tmp_path):
             wrong.append(f"{name} refuses M={m} N={n} K={k}")
     assert seen == len(kernels) * len(SHAPES), run.stdout[-2000:]
     fp32_scaled = sum(v.scale in ("tensor", "row") for _, v in kernels)
-    assert refusals == len(kernels) + 2 * fp32_scaled, run.stdout[-2000:]
+    gemv = sum(c.kernel == "gemv" for c, _ in kernels)
+    assert refusals == len(kernels) + 2 * fp32_scaled + gemv, run.stdout[-2000:]
     assert not wrong, "\n".join(wrong[:20])

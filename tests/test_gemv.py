@@ -136,8 +136,11 @@ def test_gemv_rules_name_the_field(change, match):
 def test_gemv_configs_share_one_tu_per_family_and_have_no_device_walk(tmp_path):
     files = codegen.generate(tmp_path, ["sm90a"], pattern="gemv")["sm90a"]
     names = sorted(p.name for p in files)
-    assert names == sorted(["sm90a_mxfp8_gemv.cu", "sm90a_e4m3xe2m1_gemv.cu", "sm90a_bf16xe4m3_gemv.cu",
-                            "sm90a_bf16xe2m1_gemv.cu", "kernel_table.cpp", "scale_layout.cu", "module.cpp"])
+    families = ["mxfp8", "e4m3xe2m1", "bf16xe4m3", "bf16xe2m1"]
+    assert names == sorted([*(f"sm90a_{f}_gemv{g}.cu" for f in families for g in ("", "_grouped")),
+                            "kernel_table.cpp", "scale_layout.cu", "module.cpp"])
+    grouped = (tmp_path / "sm90a" / "sm90a_e4m3xe2m1_gemv_grouped.cu").read_text()
+    assert grouped.count("static constexpr bool kGrouped = true;") == 4 * 3
     tu = (tmp_path / "sm90a" / "sm90a_e4m3xe2m1_gemv.cu").read_text()
     assert tu.count("using Gemm = persistent_gemm::kernel::Sm90MxGemvBuilder<Spec>;") == 4 * 3
     assert "using OperandW = persistent_gemm::kernel::GemvWeightE2m1;" in tu

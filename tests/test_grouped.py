@@ -191,3 +191,15 @@ def test_grouped_walk_covers_every_row_and_unit_once(counts, tokens):
     masked = GroupedStripStreamK.from_offs(counts, tokens=tokens, n=300, k=1024, dtype="e4m3xe2m1", sm_count=7,
                                            masked_rows=max(counts))
     assert [(it.group, it.rows) for it in masked.items] == [(it.group, it.rows) for it in walk.items]
+
+
+def test_explain_picks_grouped_kernels_by_rows_per_expert():
+    built = {k["config"] for k in pg._C.built_kernels()}
+    if not any("_grouped_gemv_" in c for c in built):
+        pytest.skip("no grouped kernel in this build (PGEMM_KERNELS)")
+    few = pg.explain(4, 5760, 2880, dtype="bf16xe2m1", groups=32)
+    many = pg.explain(512, 5760, 2880, dtype="bf16xe2m1", groups=32)
+    for d in (few, many):
+        assert "_grouped_gemv_" in d.config and "grouped: each expert's rows" in d.log[0], d
+    assert pg.KernelConfig.from_name(many.config).tile[1] > pg.KernelConfig.from_name(few.config).tile[1]
+    assert "_grouped_" not in pg.explain(4, 5760, 2880, dtype="bf16xe2m1").config

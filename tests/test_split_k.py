@@ -98,7 +98,8 @@ def test_split_k_and_swap_ab_lower_to_predicated_stores(swap_ab):
     assert f"constexpr bool kSwapAB = {str(swap_ab).lower()};" in tu
     assert "size_t workspace_" in tu and "Gemm::workspace_bytes(args)" in tu
     table = codegen.kernel_table("sm90a", [cfg])
-    assert f".style = KernelStyle::PingPong, .split_k = {cfg.schedule.split_k}, .stream_k = false}},\n     .run = &gen::run_" in table
+    assert (f".style = KernelStyle::PingPong, .split_k = {cfg.schedule.split_k}, .stream_k = false, .grouped = false}},\n"
+            "     .run = &gen::run_") in table
 
 
 def test_footprint_of_one_wave_is_the_same_bytes_split_or_not():

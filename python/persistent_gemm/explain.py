@@ -135,7 +135,7 @@ def _device_defaults(arch, sm_count):
 
 def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[str] = None,
             layout: str = "rc", scale: str = "none", arch: Optional[str] = None, sm_count: Optional[int] = None,
-            config=None, use_fast_accum: bool = False, render=None) -> Decision:
+            config=None, use_fast_accum: bool = False, render=None, groups: Optional[int] = None) -> Decision:
     """The kernel an op would run for an (M, N, K) problem on a GPU, and why.
 
     ``M``, ``N``, ``K``: positive ints below 2^31. ``dtype`` names the op by its operands:
@@ -170,6 +170,10 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
     sums in the MMA's own accumulator over the whole K loop. The choice is
     :attr:`Decision.fast_accum`.
 
+    ``groups``: a grouped problem (:func:`persistent_gemm.grouped_mm`, MoE experts): ``M`` rows
+    sorted over ``groups`` experts of an (N, K) weight each, their split known only on the device;
+    the grouped kernels are chosen from the expected rows per expert (the MX families only).
+
     Bad arguments raise TypeError (wrong type; a bool is not an int here) or ValueError (out of
     range, unknown name), each naming the argument and the value.
 
@@ -195,9 +199,11 @@ def explain(M: int, N: int, K: int, *, dtype: str = "bf16", out_dtype: Optional[
         from . import jit
 
         config = jit.runnable(config, op="explain", family=dtype)
+    if groups is not None:
+        groups = check_int("groups", groups, 1, (1 << 31) - 1)
     d = ext.explain(arch, M, N, K, dtype, out, a_k_major=layout[0] == "r",
                                     b_k_major=layout[1] == "c", scale=scale, sm_count=sm_count or 0, config=config,
-                                    fast_accum=use_fast_accum)
+                                    fast_accum=use_fast_accum, groups=groups or 0)
     log, sms = list(d["log"]), int(d.get("sm_count", sm_count or ARCH_SPECS[arch].sm_count))
     if not torch.cuda.is_available():
         log.append(f"no CUDA GPU here: the ops run their CPU references on this machine; this is the decision for "
