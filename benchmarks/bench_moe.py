@@ -131,7 +131,8 @@ def expert_perms(touched: list[int], experts: int, copies: int, seed: int) -> li
     for i in range(1, copies):
         pick = [cycle[(j + (i - 1) * t) % len(cycle)] for j in range(t)] if len(cycle) >= t else list(touched)
         perm = torch.empty(experts, dtype=torch.long)
-        perm[touched], perm[others] = torch.tensor(pick), torch.tensor([e for e in range(experts) if e not in set(pick)])
+        perm[touched] = torch.tensor(pick, dtype=torch.long)
+        perm[others] = torch.tensor([e for e in range(experts) if e not in set(pick)], dtype=torch.long)
         perms.append(perm)
     return perms
 
@@ -297,7 +298,7 @@ def contenders(case, w: Weights, formats, tk) -> dict:
     if pg is not None and hasattr(pg, "grouped_mm"):
         kw = dict(out_dtype=torch.bfloat16, **({} if w.bias is None else dict(bias=w.bias)))
         for fmt in formats:
-            b = wkn if fmt == "bf16" else w.prepared.get(PREPARE[fmt])  # bf16 (E, K, N) or a PreparedWeight
+            b = wkn if fmt == "bf16" else w.prepared.get(PREPARE[fmt])
             if b is not None and fmt in FP8_ACTIVATIONS:
                 out[f"ours:{fmt}"] = per(lambda c, b=b: pg.grouped_mm(c["aq"], b, c["offs"], scale_a=c["as"], **kw))
             elif b is not None:

@@ -88,6 +88,11 @@ def test_expert_perms_touch_fresh_experts_while_they_last():
     assert all(not (a & b) for a, b in zip(sets, sets[1:]))
 
 
+def test_expert_perms_with_every_expert_touched_are_identities():
+    perms = bench_moe.expert_perms(list(range(8)), 8, 2, seed=0)  # large token counts: no expert is free
+    assert all(torch.equal(p, torch.arange(8)) for p in perms)
+
+
 def test_permute_routing_renames_experts_keeping_the_row_counts():
     logits, ids, _ = bench_moe.route(16, 32, 4, seed=3)
     perm = bench_moe.expert_perms(sorted(set(ids.reshape(-1).tolist())), 32, 2, seed=3)[1]
