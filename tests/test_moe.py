@@ -351,6 +351,10 @@ def test_gpt_oss_mxfp4_checkpoint_reads_as_transformers_reads_it():
         ref = theirs(x.double(), indices, weights.double())
         assert rel_err(ours(x, indices, weights), ref) < TOL["mxfp4_weight_only"]
     assert ours.gate_up_weight_q.shape == (4, 192, 32) and ours.fmt == "mxfp4_weight_only"
+    # A model loaded dequantized (transformers' Mxfp4Config(dequantize=True)) and swapped holds the
+    # same values: the floor rule finds each block's scale again, or an equal (scale, code) pair.
+    swapped = pg.nn.GroupedExperts.from_module(theirs.float(), "mxfp4_weight_only")
+    assert all(torch.equal(a, b) for a, b in zip(swapped.dequantize(), ours.dequantize()))
 
 
 def test_an_experts_module_with_another_gate_is_left_with_a_warning():
