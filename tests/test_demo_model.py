@@ -290,3 +290,83 @@ def test_quantize_keeps_next_token_agreement(model, tokens, fmt):
     # 0.12 for the others).
     assert d.worst_dequantized < 1e-5, (fmt, d.gemm_err_dequantized)
     assert d.worst_dequantized < d.worst_original / 100, (fmt, d.worst_dequantized, d.worst_original)
+
+
+# -- the demo's MoE part (issue 45 item 4): a small gpt-oss from transformers, experts swapped -------
+needs_grouped = pytest.mark.skipif(not pg.extension_available() or not hasattr(torch.ops.persistent_gemm, "grouped_mm"),
+                                   reason="needs the compiled extension with grouped_mm")
+#: Logits' relative error against the bf16 model and top-1 agreement with it (%), seed 0 on the CPU
+#: (transformers 5.25): bf16 2.3e-2 / 99.2, mxfp8 6.7e-2 / 94.1, fp8_fp4 0.14 / 81.3,
+#: mxfp8_weight_only 5.9e-2 / 96.5, mxfp4_weight_only 0.14 / 82.4; bounds about twice the error.
+MOE_BOUND = {"bf16": (0.05, 95.0), "mxfp8": (0.14, 85.0), "fp8_fp4": (0.28, 65.0), "mxfp8_weight_only": (0.12, 88.0),
+             "mxfp4_weight_only": (0.28, 65.0)}
+
+
+def _moe_rows(out: str) -> dict:
+    """{format: the row's fields after its name} of the demo's MoE table."""
+    from persistent_gemm.moe import FORMATS
+
+    rows = {}
+    for line in out.split("MoE model:")[1].splitlines():
+        name, _, rest = line.partition(" | ")
+        if rest and name.strip() in ("torch bf16", *FORMATS):
+            rows[name.strip()] = rest.replace("|", " ").split()
+    return rows
+
+
+@needs_grouped
+def test_demo_prints_the_moe_table(capsys):
+    pytest.importorskip("transformers.models.gpt_oss")  # an optional dependency (the "models" extra)
+    from persistent_gemm.moe import FORMATS
+    from persistent_gemm.tools import demo
+
+    assert demo.moe_model("cpu") == 0
+    out = capsys.readouterr().out
+    assert demo.MOE_TITLE in out and "4 sequences x 64 random token ids" in out and "top-1 agree" in out, out
+    assert "CPU reference: timing not meaningful" in out and "FAIL" not in out, out
+    rows = _moe_rows(out)
+    assert set(rows) == {"torch bf16", *FORMATS}, out
+    for fmt in FORMATS:  # vs bf16, vs float64, top-1 %, experts' error, ok
+        vs_bf16, vs_f64, top1, experts, verdict = rows[fmt]
+        err_bound, top1_bound = MOE_BOUND[fmt]
+        assert verdict == "ok" and float(experts) < 5e-3, (fmt, rows[fmt])
+        assert float(vs_bf16) < err_bound and float(top1.rstrip("%")) >= top1_bound, (fmt, rows[fmt])
+        assert float(vs_f64) < err_bound + 0.05, (fmt, rows[fmt])
+
+
+@needs_grouped
+def test_demo_moe_table_fails_a_wrong_grouped_kernel(monkeypatch, capsys):
+    """The experts column checks the kernels: a grouped GEMM 5% off is a FAIL in every format."""
+    pytest.importorskip("transformers.models.gpt_oss")
+    from persistent_gemm import moe
+    from persistent_gemm.tools import demo
+
+    real = moe._grouped_mm
+    monkeypatch.setattr(moe, "_grouped_mm", lambda *a, **kw: real(*a, **kw) * 1.05)
+    assert demo.moe_model("cpu") == len(moe.FORMATS)
+    rows = _moe_rows(capsys.readouterr().out)
+    assert all(rows[fmt][-1] == "FAIL" and float(rows[fmt][-2]) > 3e-2 for fmt in moe.FORMATS), rows
+
+
+def test_demo_moe_part_skips_without_transformers(monkeypatch, capsys):
+    from persistent_gemm.tools import demo
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
+    assert demo.moe_model("cpu") == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0] == demo.MOE_TITLE and len(out) == 2, out
+    assert out[1].startswith("  skipped: transformers is not installed") and "pip install '.[models]'" in out[1], out
+
+
+@needs_ext
+def test_demo_runs_the_moe_part_as_the_model_part(monkeypatch):
+    """``--no-model`` (main(model=False)) skips both model parts; main(moe=...) picks the MoE part alone."""
+    from persistent_gemm.tools import demo
+
+    calls = []
+    monkeypatch.setattr(demo, "real_model", lambda device, weights: calls.append("real") or 0)
+    monkeypatch.setattr(demo, "moe_model", lambda device: calls.append("moe") or 0)
+    for kw, want in (({}, ["real", "moe"]), ({"model": False}, []), ({"model": False, "moe": True}, ["moe"]),
+                     ({"moe": False}, ["real"])):
+        calls.clear()
+        assert demo.main(**kw) == 0 and calls == want, (kw, calls)

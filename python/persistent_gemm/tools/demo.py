@@ -5,7 +5,9 @@ and otherwise says so and runs the CPU references, which define the ops' semanti
 half swaps the Linears of a small real transformer (GPT-2 from MGM, :mod:`persistent_gemm.tools.demo_model`;
 weights from ``pip install --no-deps microformer-mgm==0.5.8``) to each format and prints the
 drift from the original model and, on a GPU, the speed; without the weights it says how to get
-them and skips.
+them and skips. Its third half is a MoE model: a small gpt-oss built at random from transformers'
+own config class (``pip install '.[models]'``; without transformers it says so and skips), its
+experts swapped to :class:`persistent_gemm.nn.GroupedExperts` in each format.
 """
 
 from __future__ import annotations
@@ -50,9 +52,10 @@ def _time(fn, device: str) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def main(model_weights: Optional[str] = None, model: bool = True) -> int:
+def main(model_weights: Optional[str] = None, model: bool = True, moe: Optional[bool] = None) -> int:
     """Run the ops, then (``model``) the real model, its weights from ``model_weights`` or found
-    (see :func:`persistent_gemm.tools.demo_model.find_weights`). 1 when a check fails."""
+    (see :func:`persistent_gemm.tools.demo_model.find_weights`), then (``moe``, by default as
+    ``model``) the MoE model. 1 when a check fails."""
     pg.require_extension()
     device, note = _device()
     print(f"persistent_gemm {pg.__version__}: {note}")
@@ -95,6 +98,8 @@ def main(model_weights: Optional[str] = None, model: bool = True) -> int:
               f"[{'ok' if ok else 'FAIL'}], {ms:.2f} ms")
     if model:
         failed += real_model(device, model_weights)
+    if model if moe is None else moe:
+        failed += moe_model(device)
     return 1 if failed else 0
 
 
@@ -219,6 +224,129 @@ def _half_models(model, tokens: torch.Tensor, ref: torch.Tensor, cuda: bool) -> 
               "are tiny, so the forward is launch-bound, and lm_head (torch in both) is a large share of it.")
     else:
         print("  speed: measured on a GPU only.")
+    return failed
+
+
+# -- the third half: a MoE model --------------------------------------------------------------------
+#: The MoE model: gpt-oss's architecture (attention sinks, clamped SwiGLU experts with biases), small.
+MOE_CONFIG = dict(num_hidden_layers=2, hidden_size=256, intermediate_size=256, num_local_experts=8,
+                  num_experts_per_tok=4, num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=1024)
+MOE_TITLE = (f"MoE model: gpt-oss (transformers' GptOssForCausalLM, random init, seed 0): "
+             f"{MOE_CONFIG['num_hidden_layers']} layers, d={MOE_CONFIG['hidden_size']}, "
+             f"{MOE_CONFIG['num_local_experts']} experts of I={MOE_CONFIG['intermediate_size']}, "
+             f"top-{MOE_CONFIG['num_experts_per_tok']}, vocab {MOE_CONFIG['vocab_size']}")
+
+
+def _experts_f64(ge, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """GroupedExperts ``ge``'s output in float64 from its own operands: its dequantized weights and
+    biases, each GEMM's activations rounded as it rounds them (MXFP8 in mxfp8 / fp8_fp4, else bf16:
+    the model is bf16, so every format computes in bf16), the gate/up output rounded to bf16."""
+    def operand(t: torch.Tensor) -> torch.Tensor:
+        if ge.fmt in ("mxfp8", "fp8_fp4"):
+            return pg.dequantize_mxfp8(*pg.quantize_mxfp8(t.float(), rule=ge.rule)).double()
+        return t.to(torch.bfloat16).double()
+
+    gate_up, down = (w.double() for w in ge.dequantize())
+    e, d = ge.num_experts, ge.hidden_size
+    gu_bias, dn_bias = ((b.double() if b is not None else torch.zeros(e, n, dtype=torch.float64, device=x.device))
+                        for b, n in ((ge.gate_up_bias, 2 * ge.intermediate_size), (ge.down_bias, d)))
+    xs, out = operand(x), torch.zeros(x.shape[0], d, dtype=torch.float64, device=x.device)
+    for i in range(e):
+        tok, slot = (indices == i).nonzero(as_tuple=True)
+        h = (xs[tok] @ gate_up[i].t() + gu_bias[i]).to(torch.bfloat16).double()
+        gate, up = h.chunk(2, dim=-1)
+        if ge.activation == "gpt_oss":
+            gate, up = gate.clamp(max=ge.limit), up.clamp(min=-ge.limit, max=ge.limit)
+            act = (up + 1) * gate * torch.sigmoid(gate * ge.alpha)
+        else:
+            act = torch.nn.functional.silu(gate) * up
+        y = operand(act) @ down[i].t() + dn_bias[i]
+        out.index_add_(0, tok, weights[tok, slot].double().unsqueeze(1) * y)
+    return out
+
+
+@torch.no_grad()
+def moe_model(device: str) -> int:
+    """The demo's third half: a small gpt-oss from transformers' own config class, random weights,
+    cast to bf16 (the reference), then its experts swapped by ``persistent_gemm.nn.quantize_`` to
+    each format of :class:`persistent_gemm.nn.GroupedExperts`. Returns the number of failed checks
+    (0 without transformers: it says so and skips)."""
+    from ..moe import FORMATS as MOE_FORMATS
+    from . import demo_model as dm
+
+    print(f"\n{MOE_TITLE}")
+    try:
+        import transformers
+        from transformers import GptOssConfig, GptOssForCausalLM
+    except ImportError as e:  # transformers is optional (the 'models' extra)
+        why = ("transformers is not installed" if getattr(e, "name", None) == "transformers" else
+               f"this transformers has no gpt-oss ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
+        print(f"  skipped: {why}; pip install '.[models]' (transformers >= 5) for this part")
+        return 0
+    with torch.random.fork_rng(devices=[]):  # the model's random init, seeded without touching the caller's RNG
+        torch.manual_seed(0)
+        model = GptOssForCausalLM(GptOssConfig(**MOE_CONFIG)).eval()
+    cuda = device == "cuda"
+    bf16 = model.to(device=device, dtype=torch.bfloat16)
+    f64 = copy.deepcopy(bf16).double()  # the bf16 model's own weights, computed in float64
+    f64.config._experts_implementation = "eager"  # transformers' grouped_mm takes 16/32-bit floats only
+    batch, length = (64, 128) if cuda else (4, 64)
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, MOE_CONFIG["vocab_size"], (batch, length), generator=g).to(device)
+    ref, exact = bf16(tokens).logits, f64(tokens).logits
+    layers = MOE_CONFIG["num_hidden_layers"]
+    print(f"  inputs: {batch} sequences x {length} random token ids (seed 0). reference: the model in bf16, as "
+          f"transformers {transformers.__version__} runs it (experts: {bf16.config._experts_implementation})")
+    print(f"  swapped: pg.nn.quantize_(model, format, filter_fn=MoE modules only): each layer's GptOssExperts -> "
+          f"one GroupedExperts (2 grouped GEMMs); attention, router and lm_head stay torch bf16, as in gpt-oss's "
+          f"MXFP4 checkpoint")
+    print(f"  {'format':<17} | logits rel. err vs  | top-1 agree | experts vs float64"
+          + (" | ms / forward (torch / it)" if cuda else ""))
+    print(f"  {'':<17} | bf16 model  float64 | vs bf16     | of own operands")
+    line = f"  {'torch bf16':<17} | {'-':>10}  {dm.rel_err(ref, exact):.2e} | {'-':>11} | {'-':>10}     "
+    if cuda:
+        torch_ms = _cuda_ms(lambda: bf16(tokens))
+        line += f" | {torch_ms:>8.3f}"
+    print(line.rstrip())
+    failed = 0
+    for fmt in MOE_FORMATS:
+        net = copy.deepcopy(bf16)
+        seen = []  # each GroupedExperts' (inputs, output) in the swapped forward
+        try:
+            pg.nn.quantize_(net, fmt, filter_fn=lambda mod, fqn: not isinstance(mod, torch.nn.Linear))
+            experts = [m for m in net.modules() if isinstance(m, pg.nn.GroupedExperts)]
+            if len(experts) != layers:  # transformers 4.x's experts hold another form
+                print(f"  {fmt:<17} | not swapped: {len(experts)} of {layers} experts modules are in the form "
+                      f"persistent_gemm.moe takes (transformers >= 5)")
+                failed += 1
+                continue
+            hooks = [m.register_forward_hook(lambda m, args, out: seen.append((m, args, out))) for m in experts]
+            out = net(tokens).logits
+            for h in hooks:
+                h.remove()
+        except (RuntimeError, ValueError) as e:  # a format with no kernel here (or not built) says so
+            print(f"  {fmt:<17} | not available here: {str(e).splitlines()[0]}")
+            continue
+        worst = max(dm.rel_err(o, _experts_f64(m, *args)) for m, args, o in seen)
+        ok = worst < GEMM_TOL and out.dtype == torch.bfloat16 and bool(torch.isfinite(out).all())
+        failed += not ok
+        line = (f"  {fmt:<17} | {dm.rel_err(out, ref):>10.2e}  {dm.rel_err(out, exact):.2e} | "
+                f"{dm.top1_agreement(out, ref):>10.2f}% | {worst:>10.1e} {'ok' if ok else 'FAIL':>4}")
+        if cuda:
+            ms = _cuda_ms(lambda: net(tokens))
+            line += f" | {ms:>8.3f} ({torch_ms / ms:.2f}x)"
+        print(line)
+    print("  logits: the swapped model against the bf16 model (quantization + kernels) and against the bf16 "
+          "model's weights in float64; top-1 agree: % of positions whose most likely next token is the bf16 "
+          "model's.")
+    print(f"  experts: the worst of the {layers} GroupedExperts, each on the activations it got in the swapped "
+          "forward, against float64 of its own dequantized weights and rounded activations (the kernels' error "
+          f"alone; ok < {GEMM_TOL:g}, bf16 outputs and finite logits).")
+    if cuda:
+        print("  speed: CUDA-event median of 20 forwards after 5 warm-ups (eager, no graphs); (x): the torch bf16 "
+              "model's time over the swapped model's (above 1: faster).")
+    else:
+        print("  time per forward: CPU reference: timing not meaningful (measured on a GPU only).")
     return failed
 
 
