@@ -221,8 +221,12 @@ at::Tensor grouped_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor 
       TORCH_CHECK_VALUE(!config, msg(kOp, ": no grouped 16-bit kernel is built, so config cannot choose one"));
       return reference(g, a, b, offs, scale_a, scale_b, bias);
     }
-    at::Tensor out = at::_grouped_mm(a, b, offs, std::nullopt, at::kFloat);
-    if (bias) out = out + bias->to(at::kFloat).index_select(0, row_experts(offs, g.rows).clamp_max(g.groups - 1));
+    // torch writes bf16 (its grouped GEMM takes no other output dtype): a bias or another
+    // out_dtype is applied to that result, a second rounding where there is one.
+    at::Tensor out = at::_grouped_mm(a, b, offs);
+    if (bias)
+      return (out.to(at::kFloat) + bias->to(at::kFloat).index_select(0, row_experts(offs, g.rows).clamp_max(g.groups - 1)))
+          .to(g.out_dtype);
     return out.to(g.out_dtype);
   }
   auto const& mod = require_arch(kOp, a);
