@@ -31,6 +31,7 @@ Correctness: outputs must be finite bf16 (R, N). --check: first, copy 0 against 
 contender's own (dequantized) operands; a row relative error > CHECK_TOL refuses it (not timed).
 CSV (--out): gpu, shape, tokens, format, graphs, ours_us, torch_us, tk_us, speedup = torch_us /
 ours_us, vs_tk = tk_us / ours_us (empty where triton_kernels lacks the format).
+Shapes *-layer: a whole gpt-oss MoE layer, transformers' against ours (bench_moe_layer.py).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+
+import bench_moe_layer  # the whole-layer rows (ROW_HOOKS)
+from bench_moe_layer import first_line, row_error
 
 try:
     import persistent_gemm as pg
@@ -70,9 +74,8 @@ CHECK_TOL = 1e-2
 SEED = 45
 LOGIT_STEP = 1.0 / 16  # (rank - E/2) / 16 is exact in bf16 for E <= 256
 CHUNK_ELEMS = 1 << 27  # weight elements made and quantized at once (bounds the temporaries)
-#: Extra rows (a "layer" row is planned): hook(case, weights, args) -> {format: {role: [zero-arg call per
-#: copy]}}, roles "ours", "torch" (else the bf16 torch time), "tk"; timed with the rest.
-ROW_HOOKS: list = []
+#: Extra shapes: name -> shape whose cases(tokens, args, refused) yields as shape_cases (bench_moe_layer's)
+ROW_HOOKS = bench_moe_layer.shapes()
 NAN = float("nan")
 
 
@@ -88,19 +91,15 @@ def shapes() -> dict[str, Shape]:
     return out
 
 
-def select_shapes(spec: str) -> list[Shape]:
-    """Comma-separated shape names or model names (a model stands for its up and down)."""
-    picked = []
+def select_shapes(spec: str) -> list:
+    """Comma-separated shape names or model names (a model stands for its up, down and layer)."""
+    picked, known = [], {**shapes(), **ROW_HOOKS}
     for name in [s for s in spec.split(",") if s]:
-        hits = [s for key, s in shapes().items() if name in (key, key.rsplit("-", 1)[0])]
+        hits = [s for key, s in known.items() if name in (key, key.rsplit("-", 1)[0])]
         if not hits:
-            raise ValueError(f"unknown shape {name!r}: not in {list(shapes())}")
+            raise ValueError(f"unknown shape {name!r}: not in {list(known)}")
         picked += [s for s in hits if s not in picked]
     return picked
-
-
-def first_line(e: BaseException) -> str:
-    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
 
 
 # ---- routing (pure torch, CPU) ----
@@ -330,12 +329,6 @@ def reference(case, w: Weights, fmt: str) -> torch.Tensor:
     return out
 
 
-def row_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """The largest relative error of a row (a wrong row cannot hide)."""
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm(dim=1) / ref.norm(dim=1).clamp_min(1e-300)).max().item()
-
-
 def verify(calls: dict, case, w: Weights, check: bool, refused: list) -> None:
     """Refuse (drop, note in ``refused``) a contender whose copy-0 output is no finite bf16 tensor ((R, N) in
     FORMATS) or, with ``check``, is off its format's float64 reference by more than CHECK_TOL."""
@@ -386,37 +379,44 @@ def time_graph_mode(calls: dict, iters: int) -> dict:
     return time_graphs(graphs, GRAPH_CALLS, iters) if graphs else {}
 
 
-def run_shape(s: Shape, args, tk, gpu: str, refused: list) -> list[dict]:
-    w, rows = build_weights(s, args.formats, tk, args.bias), []
-    for tokens in args.tokens:
-        modes = [m for m in args.modes if (m == "graphs" and tokens <= args.graph_max_tokens)
-                 or (m == "eager" and tokens in args.eager_tokens)]
-        if not modes:
-            continue
-        case = build_case(w, tokens, args.formats, tk)
-        calls, extra = contenders(case, w, args.formats, tk), {}
-        for hook in ROW_HOOKS:
-            extra.update(hook(case, w, args))
-        calls.update({f"{role}:{fmt}": fns for fmt, roles in extra.items() for role, fns in roles.items()})
+def modes_for(tokens: int, args) -> list[str]:
+    return [m for m in args.modes if (m == "graphs" and tokens <= args.graph_max_tokens)
+            or (m == "eager" and tokens in args.eager_tokens)]
+
+
+def shape_cases(s: Shape, tokens: list, args, tk, refused: list):
+    """(tokens, {"role:format": [zero-arg call per copy]}) of one projection, checked."""
+    print(f"{s.name}: E={s.experts} top-{s.topk} N={s.n} K={s.k}", flush=True)
+    w = build_weights(s, args.formats, tk, args.bias)
+    for t in tokens:
+        case = build_case(w, t, args.formats, tk)
+        calls = contenders(case, w, args.formats, tk)
         if "tk:mxfp4_weight_only" in calls and (why := tk_disagrees(case)):
-            refused.append(f"{s.name} tokens={tokens} tk: {why}")
+            refused.append(f"{s.name} tokens={t} tk: {why}")
             print(f"  REFUSED {refused[-1]}", flush=True)
             del calls["tk:mxfp4_weight_only"]
         verify(calls, case, w, args.check, refused)
-        for mode in modes:
-            ms = time_graph_mode(calls, args.iters) if mode == "graphs" else time_bursts(calls, args.warmup, args.iters)
-            new = make_rows(gpu, s.name, tokens, mode == "graphs", {k: v * 1e3 for k, v in ms.items()},
-                            list(args.formats) + [f for f in extra if f not in args.formats])
-            rows += new
-            print("\n".join(table(new).splitlines()[1:]), flush=True)
+        yield t, calls
         del case, calls
         torch.cuda.empty_cache()
+
+
+def run_shape(s, args, tk, gpu: str, refused: list) -> list[dict]:
+    """A shape's rows (a ROW_HOOKS shape: of its own cases), each case timed in its modes."""
+    rows, tokens = [], [t for t in args.tokens if modes_for(t, args)]
+    cases = shape_cases(s, tokens, args, tk, refused) if isinstance(s, Shape) else s.cases(tokens, args, refused)
+    for t, calls in cases:
+        for mode in modes_for(t, args):
+            ms = time_graph_mode(calls, args.iters) if mode == "graphs" else time_bursts(calls, args.warmup, args.iters)
+            rows += make_rows(gpu, s.name, t, mode == "graphs", {k: v * 1e3 for k, v in ms.items()}, args.formats)
+            print("\n".join(table(rows[-len(args.formats):]).splitlines()[1:]), flush=True)
     return rows
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for flag, default, kind in (("out", "benchmarks/results/moe.csv", str), ("shapes", ",".join(shapes()), str),
+    for flag, default, kind in (("out", "benchmarks/results/moe.csv", str),
+                                ("shapes", ",".join([*shapes(), *bench_moe_layer.DEFAULT]), str),
                                 ("tokens", ",".join(map(str, TOKENS)), str), ("formats", ",".join(FORMATS), str),
                                 ("modes", "graphs,eager", str), ("graph-max-tokens", GRAPH_MAX_TOKENS, int),
                                 ("eager-tokens", "", str), ("warmup", 5, int), ("iters", 20, int)):
@@ -450,7 +450,6 @@ def main() -> int:
     gpu, refused, rows = torch.cuda.get_device_name(), [], []
     print(table([]), flush=True)
     for s in args.shapes:
-        print(f"{s.name}: E={s.experts} top-{s.topk} N={s.n} K={s.k}", flush=True)
         try:
             rows += run_shape(s, args, tk, gpu, refused)
         except torch.cuda.OutOfMemoryError as e:

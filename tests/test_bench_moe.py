@@ -1,5 +1,7 @@
 """benchmarks/bench_moe.py's pure parts on the CPU: shapes, routing, offs, the expert permutations
-that rotate its inputs past L2, its rows and CSV. (Its timing runs on a GPU; nothing here times.)"""
+that rotate its inputs past L2, its rows and CSV; bench_moe_layer.py's layer shapes, their selection,
+rows and (with transformers) a tiny layer built, swapped and checked on the CPU references. (Its
+timing runs on a GPU; nothing here times.)"""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 bench_moe = importlib.import_module("bench_moe")
+bench_moe_layer = importlib.import_module("bench_moe_layer")
 
 
 def test_shapes_are_the_issue_45_problems():
@@ -28,7 +31,7 @@ def test_shapes_are_the_issue_45_problems():
 
 def test_select_shapes_takes_models_and_projections():
     names = [s.name for s in bench_moe.select_shapes("gpt-oss-20b,deepseek-like-down,gpt-oss-20b-up")]
-    assert names == ["gpt-oss-20b-up", "gpt-oss-20b-down", "deepseek-like-down"]
+    assert names == ["gpt-oss-20b-up", "gpt-oss-20b-down", "gpt-oss-20b-layer", "deepseek-like-down"]
     with pytest.raises(ValueError, match="unknown shape"):
         bench_moe.select_shapes("gpt-oss-21b")
 
@@ -144,7 +147,8 @@ def test_table_prints_every_row():
 
 def test_parse_args_defaults_and_restrictions():
     args = bench_moe.parse_args([])
-    assert [s.name for s in args.shapes] == list(bench_moe.shapes()) and args.tokens == [1, 16, 128, 1024, 4096]
+    assert [s.name for s in args.shapes] == [*bench_moe.shapes(), "gpt-oss-20b-layer"]  # 120b's layer when named
+    assert args.tokens == [1, 16, 128, 1024, 4096]
     assert args.eager_tokens == args.tokens and args.formats == list(bench_moe.FORMATS)
     assert args.modes == ["graphs", "eager"] and not args.check and args.out == "benchmarks/results/moe.csv"
     args = bench_moe.parse_args(["--shapes", "gpt-oss-20b-up", "--tokens", "1,16", "--eager-tokens", "16",
@@ -153,3 +157,161 @@ def test_parse_args_defaults_and_restrictions():
     for bad in (["--formats", "int4"], ["--modes", "lazy"], ["--shapes", "llama"], ["--iters", "0"]):
         with pytest.raises(SystemExit):
             bench_moe.parse_args(bad)
+
+
+# ---- the layer rows (bench_moe_layer.py) ----
+
+def test_layer_shapes_are_the_gpt_oss_models():
+    layers = bench_moe_layer.shapes()
+    assert list(layers) == ["gpt-oss-20b-layer", "gpt-oss-120b-layer"] and bench_moe.ROW_HOOKS == layers
+    for name, s in layers.items():
+        assert (s.experts, s.topk, s.hidden, s.intermediate) == bench_moe.MODELS[s.model] and name == f"{s.model}-layer"
+    assert (layers["gpt-oss-20b-layer"].experts, layers["gpt-oss-120b-layer"].experts) == (32, 128)
+    assert set(bench_moe_layer.LAYER_TOL) == set(bench_moe.FORMATS)  # a bound for every format GroupedExperts takes
+
+
+def test_select_shapes_takes_layers():
+    pick = lambda spec: [s.name for s in bench_moe.select_shapes(spec)]
+    assert pick("gpt-oss-120b-layer") == ["gpt-oss-120b-layer"]
+    assert pick("gpt-oss-120b") == ["gpt-oss-120b-up", "gpt-oss-120b-down", "gpt-oss-120b-layer"]
+    assert pick("deepseek-like") == ["deepseek-like-up", "deepseek-like-down"]  # no layer there
+    assert pick("gpt-oss-20b-layer,gpt-oss-20b") == ["gpt-oss-20b-layer", "gpt-oss-20b-up", "gpt-oss-20b-down"]
+    with pytest.raises(ValueError, match="unknown shape"):
+        bench_moe.select_shapes("deepseek-like-layer")
+    args = bench_moe.parse_args(["--shapes", "gpt-oss-20b-layer,gpt-oss-120b-layer", "--formats", "mxfp4_weight_only"])
+    assert [s.name for s in args.shapes] == ["gpt-oss-20b-layer", "gpt-oss-120b-layer"]
+    assert all(isinstance(s, bench_moe_layer.LayerShape) for s in args.shapes)
+
+
+def test_modes_for_graphs_up_to_the_limit_eager_where_selected():
+    args = bench_moe.parse_args([])
+    assert [bench_moe.modes_for(t, args) for t in (1, 128, 1024)] == [["graphs", "eager"], ["graphs", "eager"], ["eager"]]
+    args = bench_moe.parse_args(["--tokens", "1,16,128,1024", "--eager-tokens", "1"])
+    assert [bench_moe.modes_for(t, args) for t in args.tokens] == [["graphs", "eager"], ["graphs"], ["graphs"], []]
+    args = bench_moe.parse_args(["--modes", "graphs", "--graph-max-tokens", "16"])
+    assert [bench_moe.modes_for(t, args) for t in (1, 16, 128)] == [["graphs"], ["graphs"], []]
+
+
+def fake_timers(monkeypatch, ms: dict):
+    """bench_moe's timing replaced by fixed ms per label (graphs: as given, eager: doubled): rows alone."""
+    monkeypatch.setattr(bench_moe, "time_graph_mode", lambda calls, iters: {k: ms[k] for k in calls})
+    monkeypatch.setattr(bench_moe, "time_bursts", lambda calls, warmup, iters: {k: 2 * ms[k] for k in calls})
+
+
+def test_run_shape_times_a_hook_shapes_cases_into_rows(monkeypatch, capsys):
+    asked = []
+
+    class Fake:
+        name = "gpt-oss-20b-layer"
+
+        def cases(self, tokens, args, refused):
+            asked.append(list(tokens))
+            for t in tokens:
+                yield t, {"torch:bf16": [None], "ours:bf16": [None], "ours:mxfp4_weight_only": [None]}
+
+    fake_timers(monkeypatch, {"torch:bf16": 0.1, "ours:bf16": 0.08, "ours:mxfp4_weight_only": 0.04})
+    args = bench_moe.parse_args(["--tokens", "1,16,1024", "--eager-tokens", "16", "--formats",
+                                 "bf16,mxfp4_weight_only,fp8_fp4"])
+    rows = bench_moe.run_shape(Fake(), args, None, "H100", [])
+    assert asked == [[1, 16]]  # 1024: no mode (past --graph-max-tokens, not an eager token): no inputs made
+    got = [(r["tokens"], r["graphs"], r["format"]) for r in rows]
+    assert got == [(1, "yes", "bf16"), (1, "yes", "mxfp4_weight_only"), (1, "yes", "fp8_fp4"),
+                   (16, "yes", "bf16"), (16, "yes", "mxfp4_weight_only"), (16, "yes", "fp8_fp4"),
+                   (16, "no", "bf16"), (16, "no", "mxfp4_weight_only"), (16, "no", "fp8_fp4")]
+    by = {(r["graphs"], r["format"]): r for r in rows if r["tokens"] == 16}
+    assert by["yes", "mxfp4_weight_only"]["ours_us"] == pytest.approx(40.0)
+    assert by["yes", "mxfp4_weight_only"]["torch_us"] == pytest.approx(100.0)  # the bf16 layer's time on every row
+    assert by["yes", "mxfp4_weight_only"]["speedup"] == pytest.approx(2.5)
+    assert by["no", "bf16"]["ours_us"] == pytest.approx(160.0) and by["no", "bf16"]["speedup"] == pytest.approx(1.25)
+    assert math.isnan(by["yes", "fp8_fp4"]["ours_us"])  # refused or not swapped: empty, the row kept
+    assert all(r["shape"] == "gpt-oss-20b-layer" and math.isnan(r["tk_us"]) for r in rows)
+    assert all(not (isinstance(r["vs_tk"], float) and math.isfinite(r["vs_tk"])) for r in rows)  # written empty
+    assert "gpt-oss-20b-layer" in capsys.readouterr().out
+
+
+def test_layer_rows_skip_without_transformers(monkeypatch, capsys):
+    monkeypatch.setattr(bench_moe_layer, "load_transformers", lambda: "transformers is not installed")
+    fake_timers(monkeypatch, {})
+    args = bench_moe.parse_args(["--shapes", "gpt-oss-20b-layer,gpt-oss-120b-layer"])
+    refused, rows = [], []
+    for s in args.shapes:
+        rows += bench_moe.run_shape(s, args, None, "H100", refused)
+    out = capsys.readouterr().out.splitlines()
+    assert rows == [] and refused == []
+    assert [line.split(":")[0] for line in out] == ["gpt-oss-20b-layer", "gpt-oss-120b-layer"]  # one line each
+    assert all("skipped: transformers is not installed" in line for line in out)
+
+
+def test_layer_row_error_is_the_worst_token():
+    ref = torch.ones(1, 4, 8)
+    out = ref.clone()
+    out[0, 2] *= 1.5
+    assert bench_moe_layer.row_error(out, ref) == pytest.approx(0.5)
+    assert bench_moe_layer.row_error(out.reshape(4, 8), ref.reshape(4, 8)) == pytest.approx(0.5)
+
+
+# -- with transformers: a tiny gpt-oss layer on the CPU references (the GPU run builds the 20b one) --
+
+TINY = bench_moe_layer.LayerShape("tiny-layer", "tiny", experts=4, topk=2, hidden=128, intermediate=64)
+
+
+def tiny_cases(tokens, formats, check, refused, monkeypatch=None, hook=None):
+    if isinstance(bench_moe_layer.load_transformers(), str):
+        pytest.skip("transformers with gpt-oss is not installed")
+    if bench_moe_layer.pg is None:
+        pytest.skip("persistent_gemm is not importable")
+    if hook is not None:  # the swapped layers' experts output replaced: a wrong kernel
+        real = bench_moe_layer.swapped
+
+        def broken(mlp, fmt):
+            net = real(mlp, fmt)
+            net.experts.register_forward_hook(lambda mod, args, out: hook(out))
+            return net
+        monkeypatch.setattr(bench_moe_layer, "swapped", broken)
+    return list(bench_moe_layer.layer_cases(TINY, tokens, formats, check, refused, device="cpu"))  # as the bench: no no_grad
+
+
+def test_tiny_layer_built_swapped_and_checked_on_the_cpu(capsys):
+    refused = []
+    cases = tiny_cases([1, 3], ["bf16", "mxfp4_weight_only", "mxfp8"], True, refused)
+    assert refused == [] and [t for t, _ in cases] == [1, 3]
+    out = capsys.readouterr().out
+    assert out.count("check ours:") == 6 and "experts_implementation='grouped_mm'" in out
+    t, calls = cases[1]
+    assert list(calls) == ["torch:bf16", "ours:bf16", "ours:mxfp4_weight_only", "ours:mxfp8"]
+    assert all(len(fns) == bench_moe_layer.COPIES for fns in calls.values())
+    ys = [fn() for fn in calls["ours:mxfp4_weight_only"][:2]]
+    assert all(y.shape == (1, 3, 128) and y.dtype == torch.bfloat16 and y.grad_fn is None for y in ys)
+    assert not torch.equal(*ys)  # the input copies differ
+
+
+def test_tiny_layer_shares_the_bf16_layers_router_and_keeps_its_experts():
+    tf = bench_moe_layer.load_transformers()
+    if isinstance(tf, str) or bench_moe_layer.pg is None:
+        pytest.skip("needs transformers with gpt-oss and persistent_gemm")
+    mlp = bench_moe_layer.build_layer(TINY, tf, device="cpu")
+    again = bench_moe_layer.build_layer(TINY, tf, device="cpu")
+    assert all(torch.equal(a, b) for a, b in zip(mlp.parameters(), again.parameters()))  # seeded
+    assert all(p.dtype == torch.bfloat16 and not p.requires_grad for p in mlp.parameters())
+    w = mlp.experts.gate_up_proj.float()
+    assert w.shape == (4, 128, 128) and 0.015 < w.std().item() < 0.025 and mlp.experts.gate_up_proj_bias.abs().sum() > 0
+    assert mlp.experts.config._experts_implementation == "grouped_mm"
+    net = bench_moe_layer.swapped(mlp, "mxfp4_weight_only")
+    assert isinstance(net.experts, bench_moe_layer.pg.nn.GroupedExperts) and net.experts.fmt == "mxfp4_weight_only"
+    assert type(mlp.experts).__name__ == "GptOssExperts"  # the bf16 layer keeps its own experts
+    assert net.router.weight is mlp.router.weight and net.router.bias is mlp.router.bias  # one router, no copy
+
+
+@pytest.mark.parametrize("check,kept", [(True, False), (False, True)])
+def test_tiny_layer_with_wrong_experts_is_refused_under_check(monkeypatch, check, kept):
+    refused = []
+    cases = tiny_cases([2], ["mxfp8_weight_only"], check, refused, monkeypatch, hook=lambda out: out * 0)
+    assert ("ours:mxfp8_weight_only" in cases[0][1]) == kept and "torch:bf16" in cases[0][1]
+    assert kept or (len(refused) == 1 and "tokens=2 ours:mxfp8_weight_only" in refused[0]
+                    and "against the bf16 layer" in refused[0])
+
+
+def test_tiny_layer_with_non_finite_output_is_refused_without_check(monkeypatch):
+    refused = []
+    cases = tiny_cases([2], ["bf16"], False, refused, monkeypatch, hook=lambda out: out * float("nan"))
+    assert list(cases[0][1]) == ["torch:bf16"] and "non-finite" in refused[0]
