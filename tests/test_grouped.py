@@ -3,6 +3,9 @@ float64 per expert in every format, the 3-D prepare_weight / from_mxfp4_blocks s
 that name the argument, the fake kernel (opcheck, torch.compile), the grouped config names and
 the grouped walk's Python twin. The kernels' suite is tests/test_gpu_grouped.py."""
 
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import e8m0_scales, error_bound, mx_blocks, randn, rel_err, rounding_err
@@ -203,3 +206,29 @@ def test_explain_picks_grouped_kernels_by_rows_per_expert():
         assert "_grouped_gemv_" in d.config and "grouped: each expert's rows" in d.log[0], d
     assert pg.KernelConfig.from_name(many.config).tile[1] > pg.KernelConfig.from_name(few.config).tile[1]
     assert "_grouped_" not in pg.explain(4, 5760, 2880, dtype="bf16xe2m1").config
+
+
+_WALKS = [(8, 0, [0, 3, 3, 20, 20]), (16, 0, [64, 65]), (64, 0, [0, 0, 5]), (8, 4, [0, 4, 2, 1]), (16, 0, [7])]
+
+
+def test_grouped_table_cpp_matches_python(tmp_path):
+    """scheduler/grouped_rows.hpp's group_span and locate (the kernel's, compiled for the host) ==
+    GroupedStripStreamK's items; a malformed offs is reported at its first bad entry."""
+    from support.host_build import build_host_program
+
+    root = Path(__file__).resolve().parents[1]
+    exe = build_host_program([root / "tests" / "host" / "grouped_rows.cu"], tmp_path / "grouped_rows",
+                             flags=("-std=c++17",))
+    for tokens, ld, rows in _WALKS:
+        total = ld * len(rows) if ld else rows[-1]
+        out = subprocess.run([str(exe), str(tokens), str(ld), str(total), *map(str, rows)], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        walk = GroupedStripStreamK.from_offs(rows, tokens=tokens, n=128, k=512, dtype="e4m3xe2m1", sm_count=4,
+                                             masked_rows=ld)
+        assert out.stdout.split("\n")[0] == "bad -1"
+        assert out.stdout.split("\n")[1:-1] == [f"item {i.group} {i.row0} {i.rows}" for i in walk.items]
+    out = subprocess.run([str(exe), "8", "0", "6", "2", "1", "6"], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split("\n")[0] == "bad 1"
+    out = subprocess.run([str(exe), "8", "0", "6", "2", "3", "5"], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split("\n")[0] == "bad 2"  # offs[-1] != rows

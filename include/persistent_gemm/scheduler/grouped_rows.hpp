@@ -30,10 +30,26 @@ struct GroupRows {
   int64_t ld = 0;
 };
 
-#if defined(__CUDACC__)  // the table is built and searched by the kernels only
 struct GroupItem {
   int32_t group, row0, rows;  // rows >= 1
 };
+
+// Group e's rows [begin, end) clamped into the activations, and whether the caller's value was
+// malformed. `raw`: offs[e] (or the count), `before`: offs[e-1] (0 for e = 0; the masked form
+// ignores it). The one rule of both the kernel's table and the host walk (tests/host/).
+struct GroupSpan {
+  int32_t begin, end;
+  bool wrong;
+};
+CUTLASS_HOST_DEVICE GroupSpan group_span(GroupRows const& g, int32_t e, int32_t raw, int32_t before) {
+  if (g.ld == 0) {
+    bool const wrong = raw < before || raw > g.total || (e == g.groups - 1 && raw != g.total);
+    int32_t const begin = before < 0 ? 0 : (before > g.total ? g.total : before);
+    return {begin, raw < begin ? begin : (raw > g.total ? g.total : raw), wrong};
+  }
+  int32_t const begin = int32_t(e * g.ld);
+  return {begin, begin + (raw < 0 ? 0 : (int64_t(raw) > g.ld ? int32_t(g.ld) : raw)), raw < 0 || int64_t(raw) > g.ld};
+}
 
 struct GroupTable {
   int32_t item_begin[kMaxGroups + 1];  // items before group e; [groups]: all items
@@ -44,26 +60,20 @@ struct GroupTable {
   // are malformed (offs decreasing, past the rows, its last value not the rows; a count below 0
   // or above ld), -1 when none. Malformed rows are clamped into [0, rows) first, so no role
   // reads or writes outside the operands whatever the caller passed.
+#if defined(__CUDACC__)
   CUTLASS_DEVICE int32_t build(GroupRows const& g, int32_t tokens, int lane) {
     int32_t carry = 0, bad = -1;
     int32_t prev_end = 0;  // offs[e-1] of the first group of this round of 32
     for (int32_t base = 0; base < g.groups; base += 32) {
       int32_t const e = base + lane;
-      int32_t begin = 0, end = 0, raw = 0;
-      bool wrong = false;
+      int32_t raw = 0;
+      GroupSpan span{0, 0, false};
       if (e < g.groups) {
         raw = g.rows[e];
-        if (g.ld == 0) {
-          int32_t const before = e == 0 ? 0 : (lane == 0 ? prev_end : g.rows[e - 1]);
-          wrong = raw < before || raw > g.total || (e == g.groups - 1 && raw != g.total);
-          begin = before < 0 ? 0 : (before > g.total ? g.total : before);
-          end = raw < begin ? begin : (raw > g.total ? g.total : raw);
-        } else {
-          wrong = raw < 0 || int64_t(raw) > g.ld;
-          begin = int32_t(e * g.ld);
-          end = begin + (raw < 0 ? 0 : (int64_t(raw) > g.ld ? int32_t(g.ld) : raw));
-        }
+        span = group_span(g, e, raw, e == 0 ? 0 : (lane == 0 ? prev_end : g.rows[e - 1]));
       }
+      int32_t const begin = span.begin, end = span.end;
+      bool const wrong = span.wrong;
       int32_t const items = (end - begin + tokens - 1) / tokens;
       int32_t scan = items;  // inclusive prefix over the lanes
       CUTLASS_PRAGMA_UNROLL
@@ -84,12 +94,13 @@ struct GroupTable {
     if (lane == 0) item_begin[g.groups] = carry;
     return bad;
   }
+#endif
 
-  CUTLASS_DEVICE int32_t items(int32_t groups) const { return item_begin[groups]; }
+  CUTLASS_HOST_DEVICE int32_t items(int32_t groups) const { return item_begin[groups]; }
 
   // The group and rows of item i (0 <= i < items): the last group whose items start at or
   // before i (an empty group starts where the next one does, so it is never the answer).
-  CUTLASS_DEVICE GroupItem locate(int32_t i, int32_t groups, int32_t tokens) const {
+  CUTLASS_HOST_DEVICE GroupItem locate(int32_t i, int32_t groups, int32_t tokens) const {
     int32_t lo = 0, hi = groups;  // item_begin[lo] <= i < item_begin[hi]
     while (hi - lo > 1) {
       int32_t const mid = (lo + hi) / 2;
@@ -100,6 +111,5 @@ struct GroupTable {
     return {lo, row0, left < tokens ? left : tokens};
   }
 };
-#endif
 
 }  // namespace persistent_gemm::scheduler
