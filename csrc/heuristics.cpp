@@ -191,11 +191,6 @@ Ranking rank(char const* op, KernelTable const& table, Request const& r, bool ex
              /*other_op=*/true);
       continue;
     }
-    if (e.geometry.grouped != (r.groups > 0)) {
-      reject(e.config, e.geometry.grouped ? "a grouped kernel (MoE experts, grouped_mm)" : "one problem's kernel, not grouped",
-             /*other_op=*/true);
-      continue;
-    }
     // First: a config's variants differ in scale mode, not in accumulation, and its accumulation
     // holds at every M, so this is the reason that holds for all of them (the first reason per
     // config is the one shown).
@@ -226,6 +221,12 @@ Ranking rank(char const* op, KernelTable const& table, Request const& r, bool ex
     }
     if (e.scale_mode != r.scale) {
       reject(e.config, std::string(scale_str(e.scale_mode)) + ", not " + scale_str(r.scale), /*other_op=*/true);
+      continue;
+    }
+    // After the operands and scales, so another op's configs fold under their own reason.
+    if (e.geometry.grouped != (r.groups > 0)) {
+      reject(e.config, e.geometry.grouped ? "a grouped kernel (MoE experts, grouped_mm)" : "one problem's kernel, not grouped",
+             /*other_op=*/true);
       continue;
     }
     if (e.geometry.style == KernelStyle::Gemv) {
