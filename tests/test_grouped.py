@@ -11,6 +11,8 @@ import torch
 from conftest import e8m0_scales, error_bound, mx_blocks, randn, rel_err, rounding_err
 
 import persistent_gemm as pg
+from persistent_gemm.grouped_walk import GroupedScheduleGrid
+from persistent_gemm.schedule import TileSchedule
 from persistent_gemm.strip_schedule import GroupedStripStreamK
 
 pytestmark = pytest.mark.skipif(not pg.extension_available(), reason="needs the built extension (the op's schema)")
@@ -178,8 +180,11 @@ def test_grouped_config_names():
     names = [c.name for c in pg.CATALOGUE if c.schedule.grouped]
     assert {pg.KernelConfig.from_name(n).dtype for n in names} == {"bf16xe2m1", "bf16xe4m3", "e4m3xe2m1", "mxfp8"}
     assert all("_grouped_gemv_" in n and pg.KernelConfig.from_name(n).schedule.grouped for n in names)
-    with pytest.raises(pg.ConfigError, match=r"only the decode GEMV .* walks grouped problems"):
-        pg.KernelConfig(tile=(128, 256, 64), schedule=pg.TileSchedule(grouped=True))
+    tile = pg.KernelConfig(tile=(128, 256, 64), schedule=pg.TileSchedule(grouped=True))  # walkable, not built
+    assert "no grouped cooperative kernel is built yet" in tile.kernel_rejection()
+    assert pg.KernelConfig.from_name(tile.name) == tile
+    with pytest.raises(pg.ConfigError, match=r"grouped=True deals whole tiles"):
+        pg.KernelConfig(tile=(128, 256, 64), schedule=pg.TileSchedule(grouped=True, split_k=2))
 
 
 @pytest.mark.parametrize("counts,tokens", [([3, 0, 17, 8, 0], 8), ([64, 1], 16), ([0, 0, 5], 64)])
@@ -232,3 +237,36 @@ def test_grouped_table_cpp_matches_python(tmp_path):
     assert out.stdout.split("\n")[0] == "bad 1"
     out = subprocess.run([str(exe), "8", "0", "6", "2", "3", "5"], capture_output=True, text=True, timeout=60)
     assert out.stdout.split("\n")[0] == "bad 2"  # offs[-1] != rows
+
+
+_TILE_SCHEDULES = [(TileSchedule(), (128, 128)), (TileSchedule(swizzle=8, cluster=(2, 1)), (128, 256)),
+                   (TileSchedule(swizzle=3, cluster=(1, 2), raster="column"), (64, 16))]
+
+
+def test_grouped_tile_walk_cpp_matches_python(tmp_path):
+    """PersistentTileScheduler::grouped_work_at (compiled for the host) == grouped_walk.GroupedScheduleGrid,
+    experts' rows on M (a plain kernel) and on N (a swap-AB kernel's tokens), empty experts included."""
+    from support.host_build import build_host_program
+
+    root = Path(__file__).resolve().parents[1]
+    exe = build_host_program([root / "tests" / "host" / "grouped_tiles.cu"], tmp_path / "grouped_tiles",
+                             flags=("-std=c++17",))
+    cases = [((300, 0, 1, 700), 1000, True, 7), ((0, 129, 5000), 256, True, 132), ((33, 0, 17, 64), 2880, False, 16)]
+    for which, (sched, tile) in enumerate(_TILE_SCHEDULES):
+        for extents, other, group_m, workers in cases:
+            out = subprocess.run([str(exe), str(which), str(int(group_m)), str(workers), str(other), *map(str, extents)],
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            grid = GroupedScheduleGrid(sched, extents, other, tile, group_m)
+            got = [tuple(map(int, line.split())) for line in out.stdout.split("\n") if line]
+            assert got == grid.work_order(workers), (which, extents)
+            assert sorted(t[2:] for t in got) == sorted(grid.coord(t) for t in range(grid.num_ids))
+
+
+def test_grouped_tile_walk_is_each_groups_dense_walk():
+    grid = GroupedScheduleGrid(TileSchedule(swizzle=2), (256, 0, 100), 512, (128, 128))
+    assert grid.ids_before == (0, 8, 8, 12)
+    dense = TileSchedule(swizzle=2).over(256, 512, (128, 128))
+    assert [grid.coord(t)[1:] for t in range(8)] == [dense.coord(t) for t in range(8)]
+    with pytest.raises(ValueError, match="split_k and stream_k do not apply"):
+        GroupedScheduleGrid(TileSchedule(split_k=2), (1,), 8, (64, 64))

@@ -47,9 +47,8 @@ def rejection(c) -> Optional[str]:
         return f"schedule must be a TileSchedule, got {type(c.schedule).__name__}"
     if len(c.tile) != 3:
         return f"tile must be (tile_m, tile_n, tile_k), got {c.tile}"
-    if getattr(c.schedule, "grouped", False) and c.kernel != "gemv":
-        return ("grouped=True: only the decode GEMV (kernel='gemv') walks grouped problems (MoE experts) so far; "
-                f"{c.kernel} kernels walk one problem's tiles")
+    if getattr(c.schedule, "grouped", False) and (c.schedule.split_k > 1 or c.schedule.stream_k):
+        return "grouped=True deals whole tiles, group by group: split_k and stream_k do not apply"
     if c.kernel == "gemv":
         return _gemv(c)
     if c.dtype in WEIGHT_ONLY_DTYPES and c.route != "bf16":

@@ -113,6 +113,9 @@ class KernelConfig:
         if low is None:
             return f"no kernel lowering exists for {self.arch} {self.dtype}"
         s = self.schedule
+        if s.grouped and self.kernel != "gemv":
+            return (f"grouped=True: no grouped {self.kernel} kernel is built yet (the decode GEMV is the grouped kernel "
+                    f"so far), so {self.name} cannot be built; its walk can (persistent_gemm.grouped_walk)")
         if (s.split_k > 1 or s.stream_k) and (self.arch != "sm90a" or low.tu != "gemm"):
             what = f"split_k={s.split_k}" if s.split_k > 1 else "stream_k=True"
             return (f"{what}: the K-range reduction is built into the sm90a 16-bit and "

@@ -130,7 +130,9 @@ class TileSchedule:
         tile), and the items' (item, tile, K-chunk) units are dealt like one problem's: every
         worker computes the same item table from ``offs`` at launch, so nothing reads ``offs``
         on the host (:func:`persistent_gemm.strip_schedule.grouped_strip_stream_k` is the
-        reference walk). Only the decode GEMV walks groups so far (``kernel="gemv"``).
+        reference walk). Tile kernels walk groups by :mod:`persistent_gemm.grouped_walk`: each
+        group's tiles by the dense map over its own grid, group after group (no split-K or
+        stream-K); only the decode GEMV is built as a grouped kernel so far.
 
     Examples
     --------

@@ -179,23 +179,30 @@ class PersistentTileScheduler {
     cutlass::FastDivmod last_width;  // width of the narrowed last panel
   };
 
-  static Params to_underlying_arguments(Arguments const& args, int sm_count) {
+  // The map's part of the Params for an (m, n) grid of l batches and k_tiles (host and device:
+  // the grouped walk builds one per group).
+  CUTLASS_HOST_DEVICE static Params grid_params(int m, int n, int l, int k_tiles) {
     Params p;
-    p.tiles_m = (args.m + TileM - 1) / TileM;
-    p.tiles_n = (args.n + TileN - 1) / TileN;
+    p.tiles_m = (m + TileM - 1) / TileM;
+    p.tiles_n = (n + TileN - 1) / TileN;
     p.clusters_m = (p.tiles_m + ClusterM - 1) / ClusterM;
     p.clusters_n = (p.tiles_n + ClusterN - 1) / ClusterN;
     p.clusters_major = kRowRaster ? p.clusters_m : p.clusters_n;
     p.clusters_minor = kRowRaster ? p.clusters_n : p.clusters_m;
     p.full_panels = p.clusters_major / Swizzle;
     int const tail = p.clusters_major - p.full_panels * Swizzle;
-    p.k_tiles = args.k_tiles > 0 ? args.k_tiles : 1;
+    p.k_tiles = k_tiles > 0 ? k_tiles : 1;
     p.splits = SplitK < p.k_tiles ? SplitK : p.k_tiles;
     p.split_div = cutlass::FastDivmod(p.splits);
-    p.num_ids = args.l * p.clusters_m * p.clusters_n * p.splits;
+    p.num_ids = l * p.clusters_m * p.clusters_n * p.splits;
     p.per_batch = cutlass::FastDivmod(p.clusters_m * p.clusters_n);
     p.panel_ids = cutlass::FastDivmod(Swizzle * p.clusters_minor);
     p.last_width = cutlass::FastDivmod(tail > 0 ? tail : Swizzle);
+    return p;
+  }
+
+  static Params to_underlying_arguments(Arguments const& args, int sm_count) {
+    Params p = grid_params(args.m, args.n, args.l, args.k_tiles);
     int const fit = sm_count / (ClusterM * ClusterN);
     int workers = args.max_workers > 0 ? args.max_workers : (fit > 0 ? fit : 1);
     p.num_workers = workers;
@@ -318,6 +325,34 @@ class PersistentTileScheduler {
     w.m_idx = w.cluster_row * ClusterM + rank_m;
     w.n_idx = w.cluster_col * ClusterN + rank_n;
     w.in_bounds = w.m_idx < p.tiles_m && w.n_idx < p.tiles_n;
+    return w;
+  }
+
+  // ---- grouped (TileSchedule(grouped=True)): E problems sharing one extent, each with its own
+  // other extent (MoE experts' rows, known on the device). Ids run group by group, and each
+  // group's ids are walked by the dense map over that group's own grid (swizzle within a
+  // group). `ids_before` (E + 1 entries, non-decreasing) counts the ids before each group;
+  // `extent` is group e's M (group_m) or N (!group_m), `other` the shared one. l_idx is the
+  // group; no split-K or stream-K. persistent_gemm.grouped_walk.GroupedScheduleGrid is the twin.
+  CUTLASS_HOST_DEVICE static int32_t group_ids(int32_t extent, int32_t other, bool group_m) {
+    return extent > 0 ? grid_params(group_m ? extent : other, group_m ? other : extent, 1, 1).num_ids : 0;
+  }
+  CUTLASS_HOST_DEVICE static WorkTileInfo grouped_work_at(int32_t const* ids_before, int32_t const* extent,
+                                                          int32_t groups, int32_t other, bool group_m,
+                                                          int32_t tile_id, int rank_m, int rank_n) {
+    static_assert(SplitK == 1 && !StreamK, "the grouped walk deals whole tiles: no split-K or stream-K");
+    WorkTileInfo w;
+    w.tile_id = tile_id;
+    if (tile_id >= ids_before[groups]) return w;  // valid == false
+    int32_t lo = 0, hi = groups;  // ids_before[lo] <= tile_id < ids_before[hi]
+    while (hi - lo > 1) {
+      int32_t const mid = (lo + hi) / 2;
+      if (ids_before[mid] <= tile_id) lo = mid; else hi = mid;
+    }
+    Params const p = grid_params(group_m ? extent[lo] : other, group_m ? other : extent[lo], 1, 1);
+    w = work_at(p, tile_id - ids_before[lo], rank_m, rank_n);
+    w.tile_id = tile_id;
+    w.l_idx = lo;
     return w;
   }
 
