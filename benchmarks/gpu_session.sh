@@ -3,7 +3,7 @@
 # Run from the repository root with the CUTLASS wheel downloaded into .whl/ (docs/benchmarks.md,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
-#   bash benchmarks/gpu_session.sh build|test|sanitize|verify|stream_k|tiles|fitted|ncu_stalls|ncu_pair|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
+#   bash benchmarks/gpu_session.sh build|test|grouped|sanitize|verify|stream_k|tiles|fitted|ncu_stalls|ncu_pair|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
 #
 # bench_mx also times humming (the optional peer) when its wheel is in .whl/
 # (pip download --no-deps -d .whl humming-kernels==0.1.19): installed without dependencies into
@@ -12,7 +12,13 @@ set -uo pipefail
 OUT=${OUT:-benchmarks/results/run}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-export PGEMM_CUTLASS_PATH=${PGEMM_CUTLASS_PATH:-$PWD/.whl/cutlass_library/source}
+# The CUTLASS wheel is unpacked outside .whl/: a carried path is replaced on every device call, so
+# headers unpacked into it would be gone by the next call (and the JIT with them).
+CUTLASS_DIR=build/cutlass_wheel
+export PGEMM_CUTLASS_PATH=${PGEMM_CUTLASS_PATH:-$PWD/$CUTLASS_DIR/cutlass_library/source}
+if [ ! -f "$PGEMM_CUTLASS_PATH/include/cutlass/cutlass.h" ] && ls .whl/nvidia_cutlass-*.whl >/dev/null 2>&1; then
+  python3 -m zipfile -e .whl/nvidia_cutlass-*.whl "$CUTLASS_DIR/" || exit 1
+fi
 
 # pytest_file PREFIX FILE [pytest args]: one test file in its own process (a kernel fault is a
 # sticky CUDA error that fails every later test of its process), logged to $OUT/PREFIX<file>.log.
@@ -34,15 +40,29 @@ sanitize_three() {
 
 case "${1:-}" in
   build)
-    if [ ! -f .whl/cutlass_library/source/include/cutlass/cutlass.h ]; then
-      python3 -m zipfile -e .whl/nvidia_cutlass-*.whl .whl/ || exit 1
-    fi
     start=$(date +%s)
     TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=${MAX_JOBS:-16} \
       python3 -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1
     rc=$?
     echo "build rc=$rc in $(( $(date +%s) - start )) s"
     [ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit $rc; }
+    ;;
+  grouped)
+    # Issue 45 on a build of the decode GEMVs (PGEMM_KERNELS=_gemv_ ... build): the grouped GPU
+    # tests, the MoE module's, the three sanitizers over the grouped GEMVs, the token-tile probe
+    # and moe.csv (gpt-oss-20b; more with extra bench_moe.py arguments).
+    shift
+    pytest_file grouped_ tests/test_gpu_grouped.py
+    pytest_file grouped_ tests/test_moe.py
+    for tool in memcheck racecheck synccheck; do
+      log="$OUT/sanitize_grouped_$tool.log"
+      timeout 300 compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_grouped.py \
+        $([ $tool = memcheck ] || echo --quick) > "$log" 2>&1
+      echo "grouped $tool rc=$? ($(tail -1 "$log"))"
+    done
+    timeout 120 python3 benchmarks/grouped_tiles.py --tokens 1,16,128 | tee "$OUT/grouped_tiles.txt"
+    timeout 400 python3 benchmarks/bench_moe.py --shapes gpt-oss-20b --tokens 1,16,128,1024,4096 --eager-tokens 16 \
+      --check --out "$OUT/moe.csv" "$@" 2>&1 | tee "$OUT/bench_moe.log" | tail -30
     ;;
   test)
     python3 -m pytest tests -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
