@@ -270,3 +270,9 @@ def test_grouped_tile_walk_is_each_groups_dense_walk():
     assert [grid.coord(t)[1:] for t in range(8)] == [dense.coord(t) for t in range(8)]
     with pytest.raises(ValueError, match="split_k and stream_k do not apply"):
         GroupedScheduleGrid(TileSchedule(split_k=2), (1,), 8, (64, 64))
+
+
+@pytest.mark.parametrize("groups,err", [(0, ValueError), (True, TypeError), (2.0, TypeError)])
+def test_explain_groups_is_checked(groups, err):
+    with pytest.raises(err, match="groups"):
+        pg.explain(64, 5760, 2880, dtype="bf16xe2m1", groups=groups)
