@@ -13,6 +13,17 @@
 namespace persistent_gemm {
 std::string dtype_name(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
 
+void check_same_device(char const* op, at::Tensor const& a, char const* other_name,
+                       at::Tensor const& other) {
+  TORCH_CHECK_VALUE(a.device() == other.device(), msg(op, ": ", other_name, " is on ", other.device(),
+                    " but a is on ", a.device(), "; all operands must be on one device"));
+}
+
+void check_device_kind(char const* op, at::Tensor const& a) {
+  TORCH_CHECK_VALUE(a.device().is_cpu() || a.device().is_cuda(), msg(op,
+                    ": tensors must be on CPU or CUDA, got ", a.device()));
+}
+
 namespace {
 
 void check_2d(char const* op, char const* arg, at::Tensor const& t, char const* shape) {
@@ -24,17 +35,6 @@ void check_2d(char const* op, char const* arg, at::Tensor const& t, char const* 
 void check_dtype(char const* op, char const* arg, at::Tensor const& t, at::ScalarType want) {
   TORCH_CHECK_TYPE(t.scalar_type() == want, msg(op, ": ", arg, " must be ", dtype_name(want), ", got ",
                    dtype_name(t.scalar_type())));
-}
-
-void check_same_device(char const* op, at::Tensor const& a, char const* other_name,
-                       at::Tensor const& other) {
-  TORCH_CHECK_VALUE(a.device() == other.device(), msg(op, ": ", other_name, " is on ", other.device(),
-                    " but a is on ", a.device(), "; all operands must be on one device"));
-}
-
-void check_device_kind(char const* op, at::Tensor const& a) {
-  TORCH_CHECK_VALUE(a.device().is_cpu() || a.device().is_cuda(), msg(op,
-                    ": tensors must be on CPU or CUDA, got ", a.device()));
 }
 
 // A unit stride in the given dim, or a size-1 extent that makes either layout valid.

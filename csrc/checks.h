@@ -80,6 +80,9 @@ std::string dtype_name(at::ScalarType t);
 // out_dtype or the op's default, which must be bf16, fp16 or fp32.
 at::ScalarType resolve_out(char const* op, std::optional<at::ScalarType> out_dtype, at::ScalarType fallback);
 void check_scale_dtype(char const* op, char const* arg, at::Tensor const& s);
+// `other` on a's device; a on the CPU or a CUDA device (the ops' device rules, naming the argument).
+void check_same_device(char const* op, at::Tensor const& a, char const* other_name, at::Tensor const& other);
+void check_device_kind(char const* op, at::Tensor const& a);
 
 constexpr int64_t kMxBlock = 32;  // elements per e8m0 scale along K
 

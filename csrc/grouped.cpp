@@ -47,8 +47,7 @@ Grouped check(at::Tensor const& a, at::Tensor const& b, at::Tensor const& offs, 
   Grouped g;
   TORCH_CHECK_VALUE(a.dim() == 2 || a.dim() == 3, msg(kOp, ": a must be 2-D (rows, K) rows sorted by expert with "
                     "offs, or 3-D (E, rows, K) (the masked form) with per-expert counts, got ", a.dim(), "-D"));
-  TORCH_CHECK_VALUE(a.device().is_cpu() || a.device().is_cuda(), msg(kOp, ": tensors must be on CPU or CUDA, got ",
-                    a.device()));
+  check_device_kind(kOp, a);
   g.masked = a.dim() == 3;
   TORCH_CHECK_VALUE(b.dim() == 3, msg(kOp, ": b must be 3-D (E, K, N) (torch._grouped_mm's layout, or a stacked "
                     "prepare_weight), got ", b.dim(), "-D with shape ", b.sizes()));
@@ -60,11 +59,10 @@ Grouped check(at::Tensor const& a, at::Tensor const& b, at::Tensor const& offs, 
                     "expert (E = ", g.groups, ", b's first extent), got shape ", offs.sizes()));
   TORCH_CHECK_VALUE(offs.device() == a.device(), msg(kOp, ": offs is on ", offs.device(), " but a is on ", a.device(),
                     "; offs must live on a's device (the kernels read it there; copying it would sync)"));
-  for (auto [name, t] : {std::pair<char const*, at::Tensor const*>{"b", &b}, {"scale_a", scale_a ? &*scale_a : nullptr},
-                         {"scale_b", scale_b ? &*scale_b : nullptr}, {"bias", bias ? &*bias : nullptr}})
-    if (t)
-      TORCH_CHECK_VALUE(t->device() == a.device(), msg(kOp, ": ", name, " is on ", t->device(), " but a is on ",
-                        a.device(), "; all operands must be on one device"));
+  check_same_device(kOp, a, "b", b);
+  for (auto [name, t] : {std::pair<char const*, std::optional<at::Tensor> const*>{"scale_a", &scale_a},
+                         {"scale_b", &scale_b}, {"bias", &bias}})
+    if (t->has_value()) check_same_device(kOp, a, name, **t);
   if (g.masked)
     TORCH_CHECK_VALUE(a.size(0) == g.groups, msg(kOp, ": the masked form's a is (E, rows, K) with E = ", g.groups,
                       " (b's experts), got shape ", a.sizes()));
