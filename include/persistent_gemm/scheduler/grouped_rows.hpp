@@ -51,6 +51,19 @@ CUTLASS_HOST_DEVICE GroupSpan group_span(GroupRows const& g, int32_t e, int32_t 
   return {begin, begin + (raw < 0 ? 0 : (int64_t(raw) > g.ld ? int32_t(g.ld) : raw)), raw < 0 || int64_t(raw) > g.ld};
 }
 
+// The group owning entry i (0 <= i < before[groups]) of a count prefix-summed over groups:
+// `before` (groups + 1 entries, non-decreasing) holds the entries before each group, and the
+// answer is the last group starting at or before i (an empty group starts where the next one
+// does, so it is never the answer). The grouped GEMV's items and the grouped tile walk's ids.
+CUTLASS_HOST_DEVICE int32_t owner_group(int32_t const* before, int32_t groups, int32_t i) {
+  int32_t lo = 0, hi = groups;  // before[lo] <= i < before[hi]
+  while (hi - lo > 1) {
+    int32_t const mid = (lo + hi) / 2;
+    if (before[mid] <= i) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
 struct GroupTable {
   int32_t item_begin[kMaxGroups + 1];  // items before group e; [groups]: all items
   int32_t row_begin[kMaxGroups];
@@ -98,14 +111,9 @@ struct GroupTable {
 
   CUTLASS_HOST_DEVICE int32_t items(int32_t groups) const { return item_begin[groups]; }
 
-  // The group and rows of item i (0 <= i < items): the last group whose items start at or
-  // before i (an empty group starts where the next one does, so it is never the answer).
+  // The group and rows of item i (0 <= i < items).
   CUTLASS_HOST_DEVICE GroupItem locate(int32_t i, int32_t groups, int32_t tokens) const {
-    int32_t lo = 0, hi = groups;  // item_begin[lo] <= i < item_begin[hi]
-    while (hi - lo > 1) {
-      int32_t const mid = (lo + hi) / 2;
-      if (item_begin[mid] <= i) lo = mid; else hi = mid;
-    }
+    int32_t const lo = owner_group(item_begin, groups, i);
     int32_t const row0 = row_begin[lo] + (i - item_begin[lo]) * tokens;
     int32_t const left = row_end[lo] - row0;
     return {lo, row0, left < tokens ? left : tokens};

@@ -34,6 +34,8 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/fast_math.h"
 
+#include "persistent_gemm/scheduler/grouped_rows.hpp"  // owner_group: the grouped walk's ids
+
 namespace persistent_gemm::scheduler {
 
 enum class Raster : int { Row = 0, Column = 1 };
@@ -344,11 +346,7 @@ class PersistentTileScheduler {
     WorkTileInfo w;
     w.tile_id = tile_id;
     if (tile_id >= ids_before[groups]) return w;  // valid == false
-    int32_t lo = 0, hi = groups;  // ids_before[lo] <= tile_id < ids_before[hi]
-    while (hi - lo > 1) {
-      int32_t const mid = (lo + hi) / 2;
-      if (ids_before[mid] <= tile_id) lo = mid; else hi = mid;
-    }
+    int32_t const lo = owner_group(ids_before, groups, tile_id);
     Params const p = grid_params(group_m ? extent[lo] : other, group_m ? other : extent[lo], 1, 1);
     w = work_at(p, tile_id - ids_before[lo], rank_m, rank_n);
     w.tile_id = tile_id;
