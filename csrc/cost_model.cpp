@@ -212,7 +212,6 @@ Estimate estimate_gemv(Request const& r, KernelGeometry const& g, ArchCost const
     // expert until all are touched, rows spread evenly over those, the busiest expert 1.5x the
     // mean (top-k routing's spread); an expert streams its weight once per item of tile_n rows.
     Request one = r;
-    one.groups = 0;
     double const touched = std::min<double>(r.groups, double(r.n));
     double const rows = 1.5 * double(r.n) / touched;
     double const items = touched * std::ceil(rows / g.tile_n);

@@ -47,7 +47,7 @@ def _grouped_mm_fake(a, b, offs, scale_a=None, scale_b=None, bias=None, out_dtyp
     return a.new_empty(shape, dtype=out)
 
 
-def _weight(b, a: torch.Tensor):
+def _weight(b):
     """(b, scale_b) for the op: a stacked PreparedWeight's own, or a 16-bit (E, K, N) tensor's."""
     from .prepare import PreparedWeight
 
@@ -80,7 +80,7 @@ def _call(op: str, a, b, rows, scale_a, bias, out_dtype, config) -> torch.Tensor
     _check_types(op, out_dtype, bias, a=a, **{"offs" if op == "grouped_mm" else "counts": rows})
     if scale_a is not None and not isinstance(scale_a, torch.Tensor):
         raise TypeError(f"persistent_gemm.{op}: scale_a must be a torch.Tensor or None, got {type(scale_a).__name__}")
-    w, scale_b = _weight(b, a)
+    w, scale_b = _weight(b)
     return torch.ops.persistent_gemm.grouped_mm.default(a, w, rows, scale_a, scale_b, bias, out_dtype,
                                                         _config(config, "grouped_mm", _family(a, b), a.device))
 
