@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 import torch
-from conftest import FP16_SAFE_SCALES, e8m0_scales, error_bound, mx_blocks, randn, rel_err, rounding_err
+from conftest import (FP16_SAFE_SCALES, error_bound, expert_stack, grouped_activations, grouped_reference, randn,
+                      rel_err, rounding_err)
 
 import persistent_gemm as pg
 
@@ -17,35 +18,6 @@ pytestmark = [pytest.mark.gpu]
 
 CUDA = "cuda"
 MX = ("mxfp4_weight_only", "mxfp8_weight_only", "fp8_fp4", "mxfp8")
-
-
-def stack(fmt, e, n, k, seed=0, fp16_safe=False):
-    """(stacked PreparedWeight on the GPU, its float64 (E, N, K) values); ``fp16_safe``: scales
-    whose products stay inside fp16's range."""
-    e2m1 = fmt in ("mxfp4_weight_only", "fp8_fp4")
-    quantize, deq = (pg.quantize_mxfp4, pg.dequantize_mxfp4) if e2m1 else (pg.quantize_mxfp8, pg.dequantize_mxfp8)
-    wq, _ = quantize(randn(e * n, k, torch.float32, seed=seed, device=CUDA))
-    center, spread = FP16_SAFE_SCALES if fp16_safe else (127, 20)
-    ws = e8m0_scales(e * n, mx_blocks(k), seed=seed + 1, device=CUDA, center=center, spread=spread)
-    pw = pg.prepare_weight(wq.reshape(e, n, -1), ws.reshape(e, n, -1), fmt="fp4" if e2m1 else "mxfp8")
-    return pw, deq(wq, ws).double().reshape(e, n, k)
-
-
-def acts(fmt, rows, k, seed=0):
-    x = randn(rows, k, torch.bfloat16, seed=seed, device=CUDA)
-    if fmt in ("fp8_fp4", "mxfp8"):
-        xq, xs = pg.quantize_mxfp8(x)
-        return xq, xs, pg.dequantize_mxfp8(xq, xs).double()
-    return x, None, x.double()
-
-
-def expected(av, w, counts, bias=None):
-    out, row = [], 0
-    for e, c in enumerate(counts):
-        y = av[row:row + c] @ w[e].t()
-        out.append(y + bias[e].double() if bias is not None else y)
-        row += c
-    return torch.cat(out)
 
 
 def run_poisoned(fn):
@@ -72,12 +44,12 @@ COUNTS = {
 def test_grouped_matches_float64(fmt, case):
     counts = COUNTS[case]
     e, n, k = len(counts), 320, 1024  # N: two whole strips and a partial one
-    pw, w = stack(fmt, e, n, k, seed=e + n)
-    a, sa, av = acts(fmt, sum(counts), k, seed=len(case))
+    pw, w = expert_stack(fmt, e, n, k, seed=e + n, device=CUDA)
+    a, sa, av = grouped_activations(fmt, sum(counts), k, seed=len(case), device=CUDA)
     offs = torch.cumsum(torch.tensor(counts, device=CUDA), 0).to(torch.int32)
     bias = randn(e, n, torch.bfloat16, seed=5, device=CUDA)
     out = run_poisoned(lambda: pg.grouped_mm(a, pw, offs, scale_a=sa, bias=bias))
-    ref = expected(av, w, counts, bias)
+    ref = grouped_reference(av, w, counts, bias)
     assert out.shape == ref.shape and out.dtype == torch.bfloat16 and not out.isnan().any()
     err, bound = rel_err(out, ref), error_bound(rounding_err(ref, torch.bfloat16), 1e-6)
     assert err <= bound, f"rel err {err:.3g} > {bound:.3g}"
@@ -87,11 +59,12 @@ def test_grouped_matches_float64(fmt, case):
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16], ids=str)
 def test_grouped_output_dtypes(fmt, out_dtype):
     counts = [3, 0, 6]
-    pw, w = stack(fmt, 3, 256, 512, seed=2, fp16_safe=out_dtype == torch.float16)
-    a, sa, av = acts(fmt, sum(counts), 512, seed=3)
+    center, spread = FP16_SAFE_SCALES if out_dtype == torch.float16 else (127, 20)
+    pw, w = expert_stack(fmt, 3, 256, 512, seed=2, device=CUDA, center=center, spread=spread)
+    a, sa, av = grouped_activations(fmt, sum(counts), 512, seed=3, device=CUDA)
     offs = torch.cumsum(torch.tensor(counts, device=CUDA), 0).to(torch.int32)
     out = pg.grouped_mm(a, pw, offs, scale_a=sa, out_dtype=out_dtype)
-    ref = expected(av, w, counts)
+    ref = grouped_reference(av, w, counts)
     assert out.dtype == out_dtype
     assert rel_err(out, ref) <= error_bound(rounding_err(ref, out_dtype), 1e-6)
 
@@ -99,8 +72,8 @@ def test_grouped_output_dtypes(fmt, out_dtype):
 @pytest.mark.parametrize("fmt", MX)
 def test_masked_form(fmt):
     e, rows, n, k = 4, 24, 256, 512
-    pw, w = stack(fmt, e, n, k, seed=9)
-    a, sa, av = acts(fmt, e * rows, k, seed=10)
+    pw, w = expert_stack(fmt, e, n, k, seed=9, device=CUDA)
+    a, sa, av = grouped_activations(fmt, e * rows, k, seed=10, device=CUDA)
     counts = torch.tensor([0, 24, 3, 11], dtype=torch.int32, device=CUDA)
     out = pg.masked_grouped_mm(a.reshape(e, rows, k), pw, counts,
                                scale_a=None if sa is None else sa.reshape(e, rows, -1))
@@ -119,7 +92,7 @@ def test_bf16_experts_match_float64():
     offs = torch.cumsum(torch.tensor(counts, device=CUDA), 0).to(torch.int32)
     bias = randn(3, 128, torch.bfloat16, seed=3, device=CUDA)
     out = pg.grouped_mm(a, w.transpose(1, 2), offs, bias=bias)
-    ref = expected(a.double(), w.double(), counts, bias)
+    ref = grouped_reference(a.double(), w.double(), counts, bias)
     # torch._grouped_mm rounds to bf16 before the bias is added: two roundings
     assert rel_err(out, ref) <= error_bound(2 * rounding_err(ref, torch.bfloat16), 1e-5)
 
@@ -127,8 +100,8 @@ def test_bf16_experts_match_float64():
 @pytest.mark.parametrize("fmt", ["mxfp4_weight_only", "fp8_fp4"])
 def test_graph_replay_with_new_routing_and_no_host_sync(fmt):
     e, n, k, rows = 8, 256, 512, 16
-    pw, w = stack(fmt, e, n, k, seed=11)
-    a, sa, av = acts(fmt, rows, k, seed=12)
+    pw, w = expert_stack(fmt, e, n, k, seed=11, device=CUDA)
+    a, sa, av = grouped_activations(fmt, rows, k, seed=12, device=CUDA)
     offs = torch.zeros(e, dtype=torch.int32, device=CUDA)
 
     def route(seed):  # random counts summing to `rows`, written into offs in place
@@ -156,7 +129,7 @@ def test_graph_replay_with_new_routing_and_no_host_sync(fmt):
         out.fill_(float("nan"))
         g.replay()
         torch.cuda.synchronize()
-        ref = expected(av, w, counts)
+        ref = grouped_reference(av, w, counts)
         assert rel_err(out, ref) <= error_bound(rounding_err(ref, torch.bfloat16), 1e-6), counts
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import e8m0_scales, error_bound, mx_blocks, randn, rel_err, rounding_err
+from conftest import error_bound, expert_stack, grouped_activations, grouped_reference, randn, rel_err, rounding_err
 
 import persistent_gemm as pg
 from persistent_gemm.grouped_walk import GroupedScheduleGrid
@@ -24,47 +24,15 @@ def offs_of(counts, device="cpu"):
     return torch.cumsum(torch.tensor(counts, device=device), 0).to(torch.int32)
 
 
-def experts(fmt, e, n, k, seed=0, device="cpu"):
-    """(b for grouped_mm, its float64 (E, N, K) values): random weights with wide-range e8m0 scales."""
-    if fmt == "bf16":
-        w = randn(e * n, k, torch.bfloat16, seed=seed, device=device).reshape(e, n, k)
-        return w.transpose(1, 2).contiguous(), w.double()
-    quantize, deq, pfmt = ((pg.quantize_mxfp4, pg.dequantize_mxfp4, "fp4") if fmt in ("mxfp4_weight_only", "fp8_fp4")
-                           else (pg.quantize_mxfp8, pg.dequantize_mxfp8, "mxfp8"))
-    wq, _ = quantize(randn(e * n, k, torch.float32, seed=seed, device=device))
-    ws = e8m0_scales(e * n, mx_blocks(k), seed=seed + 1, device=device)
-    values = deq(wq, ws).double().reshape(e, n, k)
-    pw = pg.prepare_weight(wq.reshape(e, n, -1), ws.reshape(e, n, -1), fmt=pfmt)
-    return pw, values
-
-
-def activations(fmt, rows, k, seed=0, device="cpu"):
-    """(a, scale_a, their float64 values)."""
-    x = randn(rows, k, torch.bfloat16, seed=seed, device=device)
-    if fmt in ("fp8_fp4", "mxfp8"):
-        xq, xs = pg.quantize_mxfp8(x)
-        return xq, xs, pg.dequantize_mxfp8(xq, xs).double()
-    return x, None, x.double()
-
-
-def reference(values_a, values_w, counts, bias=None):
-    out, row = [], 0
-    for e, c in enumerate(counts):
-        y = values_a[row:row + c] @ values_w[e].t()
-        out.append(y + bias[e].double() if bias is not None else y)
-        row += c
-    return torch.cat(out)
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("counts", [[3, 0, 1, 7], [5], [0, 0, 2, 0]], ids=["mixed", "one_expert", "mostly_empty"])
 def test_grouped_mm_matches_float64(fmt, counts):
     e, n, k = len(counts), 40, 96
-    b, w = experts(fmt, e, n, k, seed=e)
-    a, sa, av = activations(fmt, sum(counts), k, seed=n)
+    b, w = expert_stack(fmt, e, n, k, seed=e)
+    a, sa, av = grouped_activations(fmt, sum(counts), k, seed=n)
     bias = randn(e, n, torch.bfloat16, seed=3)
     out = pg.grouped_mm(a, b, offs_of(counts), scale_a=sa, bias=bias)
-    ref = reference(av, w, counts, bias)
+    ref = grouped_reference(av, w, counts, bias)
     assert out.shape == (sum(counts), n) and out.dtype == torch.bfloat16
     assert rel_err(out, ref) <= error_bound(rounding_err(ref, torch.bfloat16))
 
@@ -72,8 +40,8 @@ def test_grouped_mm_matches_float64(fmt, counts):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_masked_form_zeroes_rows_past_each_count(fmt):
     e, rows, n, k = 3, 4, 24, 64
-    b, w = experts(fmt, e, n, k, seed=7)
-    a, sa, av = activations(fmt, e * rows, k, seed=8)
+    b, w = expert_stack(fmt, e, n, k, seed=7)
+    a, sa, av = grouped_activations(fmt, e * rows, k, seed=8)
     counts = [2, 0, 4]
     a3 = a.reshape(e, rows, k)
     out = pg.masked_grouped_mm(a3, b, torch.tensor(counts, dtype=torch.int32),
@@ -109,7 +77,7 @@ def test_from_mxfp4_blocks_takes_gpt_oss_stacks():
 
 
 def _args(**over):
-    b, _ = experts("mxfp4_weight_only", 3, 16, 64)
+    b, _ = expert_stack("mxfp4_weight_only", 3, 16, 64)
     args = dict(a=randn(6, 64, torch.bfloat16), b=b, offs=offs_of([2, 1, 3]))
     args.update(over)
     return args
@@ -130,7 +98,7 @@ def test_bad_input_names_the_argument(over, match):
 
 
 def test_bad_input_other_operands():
-    b16, _ = experts("bf16", 2, 8, 48)
+    b16, _ = expert_stack("bf16", 2, 8, 48)
     with pytest.raises(ValueError, match=r"K = 48 must be a multiple of 32 for MX"):
         torch.ops.persistent_gemm.grouped_mm(randn(3, 48, torch.bfloat16), torch.zeros(2, 48, 8, dtype=torch.float8_e4m3fn),
                                              offs_of([1, 2]), None, torch.zeros(2, 256, dtype=torch.float8_e8m0fnu))
@@ -142,7 +110,7 @@ def test_bad_input_other_operands():
         pg.grouped_mm(randn(3, 48, torch.bfloat16), b16, offs_of([1, 2]), bias=torch.zeros(8, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match=r"offs is on meta but a is on cpu"):
         pg.grouped_mm(randn(3, 48, torch.bfloat16), b16, offs_of([1, 2], device="meta"))
-    pw, _ = experts("mxfp8_weight_only", 2, 8, 64)
+    pw, _ = expert_stack("mxfp8_weight_only", 2, 8, 64)
     with pytest.raises(ValueError, match=r"e4m3 a needs scale_a"):
         pg.grouped_mm(randn(3, 64, torch.bfloat16).to(torch.float8_e4m3fn), pw, offs_of([1, 2]))
     with pytest.raises(ValueError, match=r"counts must be in \[0, 2\]"):
@@ -152,7 +120,7 @@ def test_bad_input_other_operands():
 
 
 def test_grouped_mm_refuses_grad():
-    b, _ = experts("bf16", 2, 8, 32)
+    b, _ = expert_stack("bf16", 2, 8, 32)
     a = randn(3, 32, torch.bfloat16).requires_grad_()
     with pytest.raises(RuntimeError, match=r"a requires grad, but grouped_mm is for inference"):
         pg.grouped_mm(a, b, offs_of([1, 2]))
@@ -160,8 +128,8 @@ def test_grouped_mm_refuses_grad():
 
 @pytest.mark.parametrize("fmt", ["bf16", "mxfp4_weight_only", "fp8_fp4"])
 def test_opcheck_and_compile(fmt):
-    b, _ = experts(fmt, 3, 16, 64)
-    a, sa, _ = activations(fmt, 5, 64)
+    b, _ = expert_stack(fmt, 3, 16, 64)
+    a, sa, _ = grouped_activations(fmt, 5, 64)
     offs = offs_of([2, 0, 3])
     w, sb = (b.b, b.scale_b) if isinstance(b, pg.PreparedWeight) else (b, None)
     args = (a, w, offs, sa, sb, None, None, None)

@@ -203,3 +203,38 @@ def check_user_schedule(spec, shapes) -> None:
     kt = 1000 // spec.tile[2] + 1
     got = pg._C.device_schedule(name, 1000, 300, l=1, workers=17, k_tiles=kt).cpu()
     torch.testing.assert_close(got, expected_device_walk(spec, 1000, 300, 1, 17, got, k_tiles=kt), rtol=0, atol=0)
+
+
+# -- grouped GEMMs (MoE experts) -------------------------------------------------------------------
+def expert_stack(fmt, e, n, k, seed=0, device="cpu", center=127, spread=20):
+    """(b for grouped_mm, its float64 (E, N, K) values) in format ``fmt`` (pg.nn's names): bf16
+    (E, K, N) weights, or a stacked PreparedWeight of random weights with random e8m0 scales in
+    [center - spread, center + spread] (``FP16_SAFE_SCALES`` for fp16 outputs)."""
+    if fmt == "bf16":
+        w = randn(e * n, k, torch.bfloat16, seed=seed, device=device).reshape(e, n, k)
+        return w.transpose(1, 2).contiguous(), w.double()
+    e2m1 = fmt in ("mxfp4_weight_only", "fp8_fp4")
+    quantize, deq = (pg.quantize_mxfp4, pg.dequantize_mxfp4) if e2m1 else (pg.quantize_mxfp8, pg.dequantize_mxfp8)
+    wq, _ = quantize(randn(e * n, k, torch.float32, seed=seed, device=device))
+    ws = e8m0_scales(e * n, mx_blocks(k), seed=seed + 1, device=device, center=center, spread=spread)
+    pw = pg.prepare_weight(wq.reshape(e, n, -1), ws.reshape(e, n, -1), fmt="fp4" if e2m1 else "mxfp8")
+    return pw, deq(wq, ws).double().reshape(e, n, k)
+
+
+def grouped_activations(fmt, rows, k, seed=0, device="cpu"):
+    """(a, scale_a, their float64 values): bf16 rows, MXFP8-quantized for the formats that take them."""
+    x = randn(rows, k, torch.bfloat16, seed=seed, device=device)
+    if fmt in ("fp8_fp4", "mxfp8"):
+        xq, xs = pg.quantize_mxfp8(x)
+        return xq, xs, pg.dequantize_mxfp8(xq, xs).double()
+    return x, None, x.double()
+
+
+def grouped_reference(values_a, values_w, counts, bias=None):
+    """float64 grouped_mm: rows sorted by expert, ``counts[e]`` of them expert e's, plus its bias row."""
+    out, row = [], 0
+    for e, c in enumerate(counts):
+        y = values_a[row:row + c] @ values_w[e].t()
+        out.append(y + bias[e].double() if bias is not None else y)
+        row += c
+    return torch.cat(out)
