@@ -17,6 +17,7 @@ and raster as the schedule says). An empty group owns none. Worker ``w`` visits 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -62,7 +63,7 @@ class GroupedScheduleGrid:
         """``(group, cluster_row, cluster_col)`` of linear id ``t``."""
         if not 0 <= t < self.num_ids:
             raise IndexError(f"tile id t = {t} outside [0, {self.num_ids})")
-        e = max(i for i in range(len(self.grids)) if self.ids_before[i] <= t and self.grids[i] is not None)
+        e = bisect_right(self.ids_before, t) - 1  # the last group starting at or before t: never an empty one
         return (e, *self.grids[e].coord(t - self.ids_before[e]))
 
     def work_order(self, workers: int) -> list[tuple[int, int, int, int, int]]:
