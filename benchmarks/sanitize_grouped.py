@@ -1,16 +1,18 @@
-"""The grouped decode GEMVs under compute-sanitizer (issue 45): every built grouped config forced
+"""The grouped kernels under compute-sanitizer (issue 45): every built grouped config (the decode
+GEMVs and the prefill tiles; --match narrows them) forced
 through ``pg.grouped_mm`` on routings that reach its edges -- empty experts at both ends, an
 expert of one row, experts past one item, a weight N that is not a whole strip, a partial last
 K unit, few units (idle workers) and many (strips shared by CTAs: the cross-CTA reduction), and
 the masked form -- NaN-poisoned, checked loosely against float64 (the numerics are the GPU
 suite's; the point is memcheck's, racecheck's and synccheck's verdicts).
 
-    compute-sanitizer --tool memcheck --error-exitcode 1 python benchmarks/sanitize_grouped.py [--quick]
+    compute-sanitizer --tool memcheck --error-exitcode 1 python benchmarks/sanitize_grouped.py [--quick] [--match RE]
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 import torch
@@ -21,6 +23,10 @@ from persistent_gemm.catalogue import E2M1_DTYPES, parse_name
 # (counts per expert, N, K)
 CASES = [([0, 1, 0, 3], 200, 160), ([9, 0, 17, 1], 257, 1056), ([2, 0, 0, 70], 1000, 4096), ([1], 2880, 2880)]
 QUICK = [([0, 1, 0, 3], 200, 160), ([2, 0, 5], 1000, 4096)]
+# The tiles: experts of one row, of one whole 128-token tile and past it, a partial weight tile
+# and a partial 64-K tile.
+TILE_CASES = [([0, 130, 1, 0], 200, 160), ([129, 0, 300], 320, 1056), ([128], 2880, 2880)]
+TILE_QUICK = [([0, 130, 1, 0], 200, 160)]
 
 
 def run(cfg: str, counts, n: int, k: int, masked: bool) -> float:
@@ -58,13 +64,16 @@ def run(cfg: str, counts, n: int, k: int, masked: bool) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="two routings only (racecheck, synccheck)")
+    ap.add_argument("--quick", action="store_true", help="fewer routings (racecheck, synccheck)")
+    ap.add_argument("--match", default="", help="only the grouped configs this regex finds")
     args = ap.parse_args()
-    configs = [c["config"] for c in pg._C.built_kernels() if "_grouped_gemv_" in c["config"]]
+    configs = [c["config"] for c in pg._C.built_kernels()
+               if "_grouped_" in c["config"] and re.search(args.match, c["config"])]
     configs = list(dict.fromkeys(configs))
     bad = 0
     for cfg in configs:
-        for counts, n, k in QUICK if args.quick else CASES:
+        gemv = "_gemv_" in cfg
+        for counts, n, k in (QUICK if gemv else TILE_QUICK) if args.quick else (CASES if gemv else TILE_CASES):
             for masked in (False, True):
                 err = run(cfg, counts, n, k, masked)
                 ok = err < 1e-2

@@ -188,6 +188,24 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
 
 Estimate estimate_bf16_route(Request const& r, KernelGeometry const& g, ArchCost const& c) {
   using namespace model;
+  if (g.grouped && r.groups > 0) {
+    // Grouped: each touched expert's tiles over its own rows, as one problem of the experts'
+    // token tiles side by side (rows spread evenly over min(E, rows) experts; an expert's last
+    // tile half empty on average), plus the other touched experts' weight reads.
+    double const touched = std::min<double>(r.groups, double(r.n));
+    double const tiles = std::max(1.0, double(r.n) / touched / g.tile_n + 0.5);
+    Request stacked = r;
+    stacked.groups = 0;
+    stacked.n = std::max<int64_t>(1, int64_t(std::ceil(touched * tiles))) * g.tile_n;
+    KernelGeometry dense = g;
+    dense.grouped = false;
+    Estimate e = estimate_bf16_route(stacked, dense, c);
+    double const weight_us =
+        (touched - 1.0) * double(r.m) * (r.a == DType::E2M1 ? r.k / 2.0 : double(r.k)) / c.dram_bytes_per_us;
+    e.dram_us += weight_us;
+    e.us = std::max(e.us, e.dram_us + kBf16RoutePrepassFixedUs + 2.0 * c.launch_us);
+    return e;
+  }
   // Oriented: m the weight's rows, n the tokens. The GEMM reads bf16 activations and runs at the
   // 16-bit rate (its weight bytes modelled as 16-bit: an L2-side overestimate, not the bound).
   Request bf = r;

@@ -250,10 +250,12 @@ at::Tensor grouped_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor 
                         reinterpret_cast<uintptr_t>(scale_b->data_ptr()) % 16 == 0,
                     msg(kOp, ": b must be a stacked prepare_weight (each expert's (N, K) rows 16-byte aligned, a "
                         "fixed stride apart), got b ", b.sizes(), " strides ", b.strides()));
-  Groups const groups{offs, g.groups, g.group_rows, w.stride(0), scale_b->stride(0)};
+  // The experts' blocked scales back to back (the prefill kernels' pre-pass reads them as one stack).
+  at::Tensor const sb = scale_b->size(0) > 1 && scale_b->stride(0) != scale_b->size(1) ? scale_b->contiguous() : *scale_b;
+  Groups const groups{offs, g.groups, g.group_rows, w.stride(0), sb.stride(0)};
   Operands in{a.reshape({g.rows, g.k}), w[0], g.format == Format::Mx ? scale_a->reshape({g.rows, mx_blocks(g.k)})
                                                                      : at::Tensor(),
-              *scale_b, {ScaleLayout::Plain, ScaleLayout::Blocked, "scale_b"}, &groups};
+              sb, {ScaleLayout::Plain, ScaleLayout::Blocked, "scale_b"}, &groups};
   Epilogue epi;
   if (bias) epi.bias = *bias;
   return shaped(launch(kOp, mod, req, in, p, epi));

@@ -287,9 +287,12 @@ std::string route_text(KernelEntry const& e, Request const& r, ArchCost const& c
     t += e.fast_accum       ? ", fast accumulation"
          : promoted_fp8(e) ? ", promoted fp32 accumulation"
                            : ", fp32 accumulation in TMEM (tcgen05)";
-  if (e.geometry.grouped)
+  if (e.geometry.grouped && e.geometry.style == KernelStyle::Gemv)
     t += ", grouped: each expert's rows cut into items of up to " + std::to_string(e.geometry.tile_n) +
          " from offs on the device, only the experts with rows streamed";
+  else if (e.geometry.grouped)
+    t += ", grouped: (expert, tile) ids decided from offs on the device, each expert's tiles over its own rows "
+         "(none padded to another's, none straddling two)";
   if (e.geometry.style == KernelStyle::Gemv)
     t += std::string(", decode GEMV: mma.sync per 32-K block over 128-row weight strips, stream-K across SMs with "
                      "a fixed-order reduction of shared strips") +

@@ -145,11 +145,17 @@ def test_opcheck_and_compile(fmt):
 
 
 def test_grouped_config_names():
-    names = [c.name for c in pg.CATALOGUE if c.schedule.grouped]
-    assert {pg.KernelConfig.from_name(n).dtype for n in names} == {"bf16xe2m1", "bf16xe4m3", "e4m3xe2m1", "mxfp8"}
-    assert all("_grouped_gemv_" in n and pg.KernelConfig.from_name(n).schedule.grouped for n in names)
+    families = {"bf16xe2m1", "bf16xe4m3", "e4m3xe2m1", "mxfp8"}
+    grouped = [c for c in pg.CATALOGUE if c.schedule.grouped]
+    gemv = [c for c in grouped if c.kernel == "gemv"]
+    tiles = [c for c in grouped if c.kernel != "gemv"]
+    assert {c.dtype for c in gemv} == {c.dtype for c in tiles} == families
+    assert all("_grouped_gemv_" in c.name for c in gemv)
+    for c in tiles:  # the prefill tiles: the sm90a bf16 route, one name, buildable
+        assert c.route == "bf16" and c.swap_ab and c.arch == "sm90a" and c.kernel_rejection() is None
+        assert "_grouped_coop_" in c.name and pg.KernelConfig.from_name(c.name) == c
     tile = pg.KernelConfig(tile=(128, 256, 64), schedule=pg.TileSchedule(grouped=True))  # walkable, not built
-    assert "no grouped cooperative kernel is built yet" in tile.kernel_rejection()
+    assert "the grouped kernels are the decode GEMV and the sm90a MX bf16 route" in tile.kernel_rejection()
     assert pg.KernelConfig.from_name(tile.name) == tile
     with pytest.raises(pg.ConfigError, match=r"grouped=True deals whole tiles"):
         pg.KernelConfig(tile=(128, 256, 64), schedule=pg.TileSchedule(grouped=True, split_k=2))
@@ -179,6 +185,10 @@ def test_explain_picks_grouped_kernels_by_rows_per_expert():
         assert "_grouped_gemv_" in d.config and "grouped: each expert's rows" in d.log[0], d
     assert pg.KernelConfig.from_name(many.config).tile[1] > pg.KernelConfig.from_name(few.config).tile[1]
     assert "_grouped_" not in pg.explain(4, 5760, 2880, dtype="bf16xe2m1").config
+    # ~128 rows per expert (gpt-oss-20b's 1024 tokens, top-4): the prefill tiles, where built.
+    if any("_grouped_coop_" in c and "bf16xe2m1" in c for c in built):
+        prefill = pg.explain(4096, 5760, 2880, dtype="bf16xe2m1", groups=32)
+        assert "_grouped_coop_" in prefill.config and "(expert, tile) ids" in prefill.log[0], prefill
 
 
 _WALKS = [(8, 0, [0, 3, 3, 20, 20]), (16, 0, [64, 65]), (64, 0, [0, 0, 5]), (8, 4, [0, 4, 2, 1]), (16, 0, [7])]

@@ -137,6 +137,11 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     # the device from offs, every MX family, one TU per family.
     *(_cfg((GEMV_STRIP_ROWS, t, GEMV_CHUNK_BYTES * w), 1, (1, 1), kernel="gemv", dtype=d, swap_ab=True, grouped=True)
       for d, w in (("bf16xe2m1", 2), ("bf16xe4m3", 1), ("e4m3xe2m1", 2), ("mxfp8", 1)) for t in GEMV_TOKENS),
+    # ... and prefill (tens of rows per expert and up): the bf16 route walking (expert, tile) ids
+    # decided on the device, each tile's tokens counted from its expert's first row (no padding,
+    # no tile across experts). 128 tokens: gpt-oss-20b at 1024 tokens has ~128 rows per expert.
+    *(_cfg((128, 128, 64), 8, (1, 1), dtype=d, swap_ab=True, route="bf16", grouped=True)
+      for d in ("bf16xe2m1", "bf16xe4m3", "e4m3xe2m1", "mxfp8")),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a"),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", dtype="fp16", arch="sm100a"),
     # SM100 scaled_mm (e4m3, tensorwise / rowwise scales in the epilogue; compiled, not run): the

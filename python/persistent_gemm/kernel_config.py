@@ -113,9 +113,10 @@ class KernelConfig:
         if low is None:
             return f"no kernel lowering exists for {self.arch} {self.dtype}"
         s = self.schedule
-        if s.grouped and self.kernel != "gemv":
-            return (f"grouped=True: no grouped {self.kernel} kernel is built yet (the decode GEMV is the grouped kernel "
-                    f"so far), so {self.name} cannot be built; its walk can (persistent_gemm.grouped_walk)")
+        if s.grouped and self.kernel != "gemv" and not (self.arch == "sm90a" and self.route == "bf16"):
+            return (f"grouped=True: the grouped kernels are the decode GEMV and the sm90a MX bf16 route (not "
+                    f"{self.arch} {self.dtype} {self.kernel}, route {self.route}), so {self.name} cannot be built; "
+                    f"its walk can (persistent_gemm.grouped_walk)")
         if (s.split_k > 1 or s.stream_k) and (self.arch != "sm90a" or low.tu != "gemm"):
             what = f"split_k={s.split_k}" if s.split_k > 1 else "stream_k=True"
             return (f"{what}: the K-range reduction is built into the sm90a 16-bit and "
@@ -159,7 +160,8 @@ class KernelConfig:
                 f"persistent_gemm::scheduler::PersistentSchedule<{s.swizzle}, {s.cluster_m}, {s.cluster_n}, "
                 f"persistent_gemm::scheduler::Raster::{raster}"
                 + (f", {s.split_k}>" if s.split_k > 1 else
-                   (", 1, true>" if s.stream_k_lanes else ", 1, true, false>") if s.stream_k else ">")
+                   (", 1, true>" if s.stream_k_lanes else ", 1, true, false>") if s.stream_k else
+                   ", 1, false, true, true>" if s.grouped else ">")
             ),
             "stages": "0" if self.stages is None else str(self.stages),
             "kernel_style": {

@@ -18,6 +18,11 @@
 //
 // Per K-tile of 64 (two scale blocks) a thread converts its rows' bytes of the stage while the
 // previous K-tile's wgmmas run (two A fragment buffers), then issues four k16 wgmmas.
+//
+// Grouped (MoE experts): X is the experts' stacked weights (the tile's L coordinate is its
+// expert), each expert's blocked scales group_stride_sf_x bytes after the previous one's and its
+// row references a whole number of 128-row bands after; Y holds every expert's rows, and a tile
+// reads its rows from its expert's first (set_group_tile).
 #pragma once
 
 #include <cstdint>
@@ -44,11 +49,13 @@ constexpr int kTileK = 64;                          // two 1x32 blocks: half a s
 constexpr int kBlocksPerTile = kTileK / mx_detail::kBlockK;
 }  // namespace bf16_route
 
-template <class OperandX_, class TileShape_, class ClusterShape_, int Stages_, bool Cooperative_>
-struct Sm90MxBf16Mma : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileShape_, ClusterShape_, Stages_, Cooperative_>> {
+template <class OperandX_, class TileShape_, class ClusterShape_, int Stages_, bool Cooperative_, bool Grouped_ = false>
+struct Sm90MxBf16Mma
+    : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileShape_, ClusterShape_, Stages_, Cooperative_, Grouped_>> {
   using OperandX = OperandX_;
   using TileShape = TileShape_;
   static constexpr bool kCooperative = Cooperative_;
+  static constexpr bool kGrouped = Grouped_;
   static constexpr bool kE2m1 = std::is_same_v<OperandX, MxOperandE2m1>;
   static_assert(kE2m1 || std::is_same_v<OperandX, MxOperandE4m3>, "OperandX: MxOperandE4m3 or MxOperandE2m1");
   static constexpr int Stages = Stages_;
@@ -116,6 +123,9 @@ struct Sm90MxBf16Mma : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileSh
     int64_t ld_y = 0;                // elements
     uint8_t const* sf_x = nullptr;   // blocked e8m0 scales of X
     float const* ref_x = nullptr;    // 2^(r_row - 127) per X row, padded to whole 128-row bands
+    // Grouped: X's groups, the bytes between two groups' weights and between their blocked scales.
+    int32_t groups = 1;
+    int64_t group_stride_x = 0, group_stride_sf_x = 0;
   };
 
   struct Params : mx_detail::Sm90MxOperandParams<TmaX, TmaY, TmaTransactionBytes> {
@@ -123,22 +133,28 @@ struct Sm90MxBf16Mma : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileSh
     int32_t bands_x = 1;     // 128-row scale bands
     int32_t atom_cols = 1;   // atoms per band along K (ceil(K / 128))
     int32_t k_blocks = 1;    // ceil(K / 32): blocks past it are padding
+    int32_t groups = 1;      // grouped: X's groups (the L extent of its TMA tensor)
+    int64_t group_stride_sf_x = 0;
   };
 
   static void set_scale_params(Params& p, Arguments const& args, int /*n*/, int k) {
     p.ref_x = args.ref_x;
     p.atom_cols = (k + mx_detail::kTileK - 1) / mx_detail::kTileK;
+    p.groups = args.groups;
+    p.group_stride_sf_x = args.group_stride_sf_x;
   }
 
   // ---- producer (Sm90MxProducer) -------------------------------------------------------------
   CUTLASS_HOST_DEVICE static int x_extent(int k) { return kE2m1 ? k / 2 : k; }
   CUTLASS_HOST_DEVICE static int y_extent(int k) { return padded_k(k); }
   // The tile's 128-row scale band (clamped for a tail CTA past the grid, whose results are never
-  // stored); K-tile kt reads half of atom column kt / 2, the whole atom is copied.
-  template <class MCoord, class NCoord>
-  CUTLASS_DEVICE static auto scale_copies(Params const& params, TensorStorage& shared, MCoord m_coord, NCoord) {
+  // stored) of its group's scales; K-tile kt reads half of atom column kt / 2, the whole atom is copied.
+  template <class MCoord, class NCoord, class LCoord>
+  CUTLASS_DEVICE static auto scale_copies(Params const& params, TensorStorage& shared, MCoord m_coord, NCoord,
+                                          LCoord l_coord) {
     int const band = max(min(int(m_coord) * kTileM / mx_blocked::kAtomRows, params.bands_x - 1), 0);
     uint8_t const* sfx = params.sf_x + int64_t(band) * params.atom_cols * mx_blocked::kAtomBytes;
+    if constexpr (kGrouped) sfx += int64_t(l_coord) * params.group_stride_sf_x;
     return [=, &shared](auto* bar, int stage, int kt) {
       cute::SM90_BULK_COPY_G2S::copy(sfx + int64_t(kt / 2) * mx_blocked::kAtomBytes, bar, shared.sf_x[stage],
                                      mx_blocked::kAtomBytes);
@@ -225,11 +241,14 @@ struct Sm90MxBf16Mma : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileSh
     auto fa1 = a_fragment();
     static_assert(size<1>(decltype(fa0){}) == 1 && size<2>(decltype(fa0){}) == kKSteps, "unexpected A fragment");
 
-    // The rows' reference exponents, from the fp32 2^(r - 127) the epilogue also reads.
+    // The rows' reference exponents, from the fp32 2^(r - 127) the epilogue also reads (a
+    // grouped tile's group's: whole bands of rows per group).
+    float const* ref_x = params.ref_x;
+    if constexpr (kGrouped) ref_x += int64_t(group_) * params.bands_x * mx_blocked::kAtomRows;
     CUTLASS_PRAGMA_UNROLL
     for (int v1 = 0; v1 < 2; ++v1)
-      row_ref_[v1] = int(__float_as_uint(__ldg(params.ref_x + min(tile_row0_ + fragment_row(thread_idx, v1),
-                                                               params.bands_x * mx_blocked::kAtomRows - 1))) >> 23);
+      row_ref_[v1] = int(__float_as_uint(__ldg(ref_x + min(tile_row0_ + fragment_row(thread_idx, v1),
+                                                        params.bands_x * mx_blocked::kAtomRows - 1))) >> 23);
 
     PipelineState smem_pipe_release = smem_pipe_read;
     int kt = 0;
@@ -290,12 +309,23 @@ struct Sm90MxBf16Mma : mx_detail::Sm90MxProducer<Sm90MxBf16Mma<OperandX_, TileSh
   CUTLASS_DEVICE void set_tile(BlockCoord const& blk_coord) {
     tile_row0_ = int(cute::get<0>(blk_coord)) * kTileM;
     tile_m_off_ = kTileM < 128 ? tile_row0_ % 128 : 0;
+    if constexpr (kGrouped) group_ = int(cute::get<3>(blk_coord));
   }
+
+  // Grouped, the producer: the tile's group's rows of Y (scheduler::GroupedTile).
+  template <class GroupedTile>
+  CUTLASS_DEVICE void set_group_tile(GroupedTile const& tile) {
+    static_assert(kGrouped, "set_group_tile: a grouped mainloop's");
+    y_row0_ = tile.row_begin;
+  }
+  CUTLASS_DEVICE int group_row_begin() const { return y_row0_; }
 
  private:
   int tile_row0_ = 0;
   int tile_m_off_ = 0;
   int row_ref_[2] = {127, 127};
+  int group_ = 0;   // grouped: the tile's group (consumers)
+  int y_row0_ = 0;  // grouped: its group's first row of Y (producer)
 };
 
 }  // namespace persistent_gemm::collective

@@ -167,6 +167,8 @@ struct Sm90MxBlockScaledMma
   using TmaX = decltype(TmaOperands::make_tma_x(static_cast<ElementXStorage const*>(nullptr), 1, 1, 1));
   using TmaY = decltype(TmaOperands::make_tma_y(static_cast<ElementB const*>(nullptr), 1, 1, 1));
 
+  static constexpr bool kGrouped = false;  // one problem (Sm90MxProducer)
+
   // ---- host interface --------------------------------------------------------------------------
   struct Arguments {
     void const* ptr_x = nullptr;  // (rows_x, K) e4m3 or (rows_x, K/2) packed e2m1, K contiguous
@@ -195,8 +197,9 @@ struct Sm90MxBlockScaledMma
   CUTLASS_HOST_DEVICE static int y_extent(int k) { return k; }
   // The scale atoms of this tile: its 128-row bands (clamped for a tail CTA past the grid, whose
   // results are never stored), then one atom per K-tile.
-  template <class MCoord, class NCoord>
-  CUTLASS_DEVICE static auto scale_copies(Params const& params, TensorStorage& shared, MCoord m_coord, NCoord n_coord) {
+  template <class MCoord, class NCoord, class LCoord>
+  CUTLASS_DEVICE static auto scale_copies(Params const& params, TensorStorage& shared, MCoord m_coord, NCoord n_coord,
+                                          LCoord) {
     int const band_x = min(int(m_coord) * kTileM / mx_blocked::kAtomRows, params.bands_x - kAtomsX);
     int const band_y = min(int(n_coord) * kTileN / mx_blocked::kAtomRows, params.bands_y - kAtomsY);
     uint8_t const* sfx = params.sf_x + int64_t(max(band_x, 0)) * params.k_tiles * mx_blocked::kAtomBytes;

@@ -29,11 +29,16 @@ namespace persistent_gemm::epilogue {
 // element (m, n) is D's (n, m). Scales are indexed in the kernel's orientation (the dispatcher
 // hands the weight's rowwise scale in as scale_a). Block32 (MX) scales were applied in the
 // mainloop: nothing to do.
-template <class ElementD_, persistent_gemm::ScaleMode Scale, bool TransposeD = false>
+//
+// Grouped (MoE experts, TransposeD): a tile's n counts its group's rows from the group's first
+// (set_group_tile), which bound its stores; its row scale and bias are its group's
+// (group_stride_scale_a floats and M elements after the previous group's).
+template <class ElementD_, persistent_gemm::ScaleMode Scale, bool TransposeD = false, bool Grouped = false>
 class Sm90PredicatedEpilogue {
   static_assert(Scale == ScaleMode::None || Scale == ScaleMode::Tensorwise || Scale == ScaleMode::Rowwise ||
                     Scale == ScaleMode::Block32,
                 "Sm90PredicatedEpilogue: unknown scale mode");
+  static_assert(!Grouped || TransposeD, "Sm90PredicatedEpilogue: grouped D is written transposed (a row per token)");
 
  public:
   using ElementD = ElementD_;
@@ -55,6 +60,7 @@ class Sm90PredicatedEpilogue {
     float const* scale_b = nullptr;  // Tensorwise: [0]; Rowwise: [n]
     ElementD const* bias = nullptr;  // [n] of D (the kernel's [m] when TransposeD)
     float alpha = 1.0f, beta = 1.0f;
+    int64_t group_stride_scale_a = 0;  // grouped: floats between two groups' row scales
   };
 
   struct Params {
@@ -67,6 +73,7 @@ class Sm90PredicatedEpilogue {
     // Adjacent accumulator columns may be written as one 2-element store only when every row
     // start keeps that alignment; decided once on the host.
     bool paired_stores = false;
+    int64_t group_stride_scale_a = 0;
   };
 
   template <class ProblemShape>
@@ -74,7 +81,8 @@ class Sm90PredicatedEpilogue {
     constexpr int64_t pair_bytes = 2 * int64_t(sizeof(ElementD));
     bool const paired = !TransposeD && (args.ldd % 2 == 0) &&
                         (reinterpret_cast<uintptr_t>(args.ptr_D) % pair_bytes == 0);
-    return {args.ptr_D, args.ldd, args.scale_a, args.scale_b, args.bias, args.alpha, args.beta, paired};
+    return {args.ptr_D, args.ldd, args.scale_a, args.scale_b, args.bias, args.alpha, args.beta, paired,
+            args.group_stride_scale_a};
   }
 
   template <class ProblemShape>
@@ -100,6 +108,13 @@ class Sm90PredicatedEpilogue {
 
   CUTLASS_DEVICE bool is_source_needed() const { return false; }
 
+  // Grouped: the next tile's group and rows (scheduler::GroupedTile), before its store.
+  template <class GroupedTile>
+  CUTLASS_DEVICE void set_group_tile(GroupedTile const& tile) {
+    static_assert(Grouped, "set_group_tile: a grouped epilogue's");
+    group_ = tile.group, row_begin_ = tile.row_begin, row_end_ = tile.row_end;
+  }
+
   // Called once per output tile by every consumer thread (thread_idx within the TiledMma).
   template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
             class TiledMma, class ResidueMNK>
@@ -110,9 +125,22 @@ class Sm90PredicatedEpilogue {
     static_assert(is_static<FrgLayout>::value, "accumulator layout must be static");
 
     int const M = int(get<0>(problem_shape_mnkl));
-    int const N = int(get<1>(problem_shape_mnkl));
+    int N = int(get<1>(problem_shape_mnkl));
     auto const m_coord = get<0>(blk_coord_mnkl);
     auto const n_coord = get<1>(blk_coord_mnkl);
+    float const* scale_a = params_.scale_a;
+    float const* scale_b = params_.scale_b;
+    ElementD const* bias = params_.bias;
+    ElementD* base = params_.ptr_D;
+    if constexpr (Grouped) {
+      // The group's rows as the tile's whole N, from its first: D rows, token scales; its row
+      // scales and bias row.
+      N = row_end_ - row_begin_;
+      base += int64_t(row_begin_) * params_.ldd;
+      if (scale_b != nullptr) scale_b += row_begin_;
+      if (scale_a != nullptr) scale_a += group_ * params_.group_stride_scale_a;
+      if (bias != nullptr) bias += int64_t(group_) * M;
+    }
 
     // Coordinates of every accumulator element this thread owns, from the MMA's own C partition,
     // so the mapping is right for any atom / warpgroup layout the builder picked.
@@ -124,21 +152,20 @@ class Sm90PredicatedEpilogue {
 
     // alpha folds into the per-tile scalar: one multiply per element either way.
     float tensor_scale = params_.alpha;
-    if constexpr (Scale == ScaleMode::Tensorwise) tensor_scale *= __ldg(params_.scale_a) * __ldg(params_.scale_b);
+    if constexpr (Scale == ScaleMode::Tensorwise) tensor_scale *= __ldg(scale_a) * __ldg(scale_b);
 
     // Row / column scale with the bound check folded in (never reads past M or N).
     auto row_scale = [&](int m) CUTLASS_LAMBDA_FUNC_INLINE {
-      if constexpr (Scale == ScaleMode::Rowwise) return m < M ? tensor_scale * __ldg(params_.scale_a + m) : 0.0f;
+      if constexpr (Scale == ScaleMode::Rowwise) return m < M ? tensor_scale * __ldg(scale_a + m) : 0.0f;
       else return tensor_scale;
     };
     auto col_scale = [&](int n) CUTLASS_LAMBDA_FUNC_INLINE {
-      if constexpr (Scale == ScaleMode::Rowwise) return n < N ? __ldg(params_.scale_b + n) : 0.0f;
+      if constexpr (Scale == ScaleMode::Rowwise) return n < N ? __ldg(scale_b + n) : 0.0f;
       else return 1.0f;
     };
 
     // The bias indexes D's columns: the kernel's n, or its m when it writes D transposed. A
     // null bias is a uniform branch; its loads are per element, L1-resident across the tile.
-    ElementD const* const bias = params_.bias;
     float const beta = params_.beta;
     auto bias_at = [&](int m, int n) CUTLASS_LAMBDA_FUNC_INLINE {
       int const j = TransposeD ? m : n;
@@ -147,7 +174,6 @@ class Sm90PredicatedEpilogue {
 
     cutlass::NumericConverter<ElementD, float, cutlass::FloatRoundStyle::round_to_nearest> convert;
     using Pair = cutlass::AlignedArray<ElementD, 2>;
-    ElementD* const base = params_.ptr_D;
     int64_t const ldd = params_.ldd;
     auto offset = [&](int m, int n) CUTLASS_LAMBDA_FUNC_INLINE {
       return TransposeD ? int64_t(n) * ldd + m : int64_t(m) * ldd + n;
@@ -178,6 +204,7 @@ class Sm90PredicatedEpilogue {
 
  private:
   Params params_;
+  int group_ = 0, row_begin_ = 0, row_end_ = 0;  // grouped: the tile's (set_group_tile)
 };
 
 }  // namespace persistent_gemm::epilogue

@@ -24,6 +24,7 @@
 #include <cuda_runtime_api.h>
 
 #include "persistent_gemm/collective/mx_block_scales.hpp"
+#include "persistent_gemm/scheduler/grouped_rows.hpp"
 
 namespace persistent_gemm::host {
 
@@ -104,6 +105,9 @@ struct MxBf16PrepassJob {
   float* a_ref = nullptr;            // a_rows floats
   __nv_bfloat16* y = nullptr;        // (a_rows, round_up(K, 32)) bf16, row stride ldy elements (multiple of 32)
   int64_t ldy = 0;
+  // A grouped GEMM's rows (offs or counts): checked here, so the launch fails with their error
+  // before the GEMM (which clamps them and never traps) reads them.
+  persistent_gemm::scheduler::GroupRows groups{};
 };
 
 namespace mx_prepass_detail {
@@ -217,6 +221,10 @@ inline __device__ void activation_chunk(MxBf16PrepassJob const& job, int64_t row
 static __global__ void __launch_bounds__(kThreads) mx_bf16_prepass_kernel(MxBf16PrepassJob job, int w_bands, int chunks) {
   int const k_blocks = (job.k + mx::kBlockK - 1) / mx::kBlockK;
   int const atom_cols = (job.k + mx::kTileK - 1) / mx::kTileK;
+  if (job.groups.groups > 0 && blockIdx.x == 0 && threadIdx.x < 32) {
+    int32_t const bad = persistent_gemm::scheduler::first_bad_group(job.groups, int(threadIdx.x));
+    persistent_gemm::scheduler::trap_on_bad_rows(job.groups, bad, threadIdx.x == 0);
+  }
   if (int(blockIdx.x) < w_bands) {
     weight_band(job, blockIdx.x, k_blocks, atom_cols);
     return;

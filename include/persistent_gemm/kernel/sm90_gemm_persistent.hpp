@@ -24,6 +24,11 @@
 // normal epilogue, so the sum's order is fixed and the result bitwise reproducible. The reducer waits only on smaller ids, which every worker reaches
 // no later than it (one clock, ids in order) and all launched clusters are resident: no deadlock.
 //
+// Grouped (ScheduleTag::Grouped, MoE experts): before the roles split, one producer warp builds
+// the groups' table (rows and tile ids, from offs) in shared memory, and every role walks the
+// grouped clock over it; each tile's group and rows go to the mainloop's producer (its Y rows)
+// and to the epilogue (the rows it may store) through set_group_tile.
+//
 // Tail CTAs (valid && !in_bounds: the part of a cluster hanging past the M/N tile grid) run the
 // normal path. They must keep issuing loads and releasing stages, because their cluster
 // partners consume the halves they multicast and wait on their consumers' releases; the TMA
@@ -63,6 +68,7 @@ class Sm90GemmPersistent {
   static constexpr int kSplitK = ScheduleTag::SplitK;
   static constexpr bool kStreamK = ScheduleTag::StreamK;
   static constexpr bool kReducesK = ScheduleTag::ReducesK;  // some unit may hold part of a tile's K
+  static constexpr bool kGrouped = ScheduleTag::Grouped;    // (group, tile) ids over the groups' rows
   static constexpr bool kCooperative = std::is_same_v<Style, Cooperative>;
   static_assert(kCooperative || std::is_same_v<Style, PingPong>, "Style must be Cooperative or PingPong");
 
@@ -153,7 +159,13 @@ class Sm90GemmPersistent {
       alignas(16) typename LoadOrderBarrier::SharedStorage load_order;
     } pipelines;
   };
-  static constexpr int SharedStorageSize = int(sizeof(SharedStorage));
+  // Grouped: the groups' table after the rest.
+  struct GroupedSharedStorage : SharedStorage {
+    scheduler::GroupTable groups;
+  };
+  using KernelStorage = std::conditional_t<kGrouped, GroupedSharedStorage, SharedStorage>;
+  static constexpr int kGroupTableBytes = kGrouped ? int(sizeof(scheduler::GroupTable)) : 0;
+  static constexpr int SharedStorageSize = int(sizeof(KernelStorage));
   static_assert(SharedStorageSize <= arch_limits::sm90a::kSmemBytes,
                 "shared storage exceeds the 227 KB SM90 opt-in limit; lower Stages");
 
@@ -345,6 +357,12 @@ class Sm90GemmPersistent {
     }
   }
 
+  // Every role's copy of the clock (grouped: over the CTA's table of the groups).
+  CUTLASS_DEVICE static Scheduler make_scheduler(Params const& params, KernelStorage& shared) {
+    if constexpr (kGrouped) return Scheduler(params.scheduler, &shared.groups);
+    else return Scheduler(params.scheduler);
+  }
+
   // The persistent walk of every warp role (defined below, after the launch helpers).
   CUTLASS_DEVICE void operator()(Params const& params, char* smem_buf);
 };
@@ -383,7 +401,7 @@ template <class CollectiveMainloop_, class CollectiveEpilogue_, class ScheduleTa
 CUTLASS_DEVICE void Sm90GemmPersistent<CollectiveMainloop_, CollectiveEpilogue_, ScheduleTag_, Style_>::operator()(Params const& params, char* smem_buf) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace cute;
-  SharedStorage& shared = *reinterpret_cast<SharedStorage*>(smem_buf);
+  KernelStorage& shared = *reinterpret_cast<KernelStorage*>(smem_buf);
 
   int const thread_idx = int(threadIdx.x);
   int const warp_idx = cutlass::canonical_warp_idx_sync();
@@ -439,6 +457,13 @@ CUTLASS_DEVICE void Sm90GemmPersistent<CollectiveMainloop_, CollectiveEpilogue_,
   math_order_params.group_size = kWarpGroupThreads;
   MathOrderBarrier math_order_barrier(shared.pipelines.math_order, math_order_params);
 
+  if constexpr (kGrouped) {
+    // The groups' rows are read once per CTA by an idle producer warp, then published to the
+    // CTA (a cluster's relaxed arrive below would not order these stores).
+    if (warp_idx == 2) Scheduler::build_groups(params.scheduler, shared.groups, lane_idx);
+    __syncthreads();
+  }
+
   // Barrier inits must be visible cluster-wide before any peer multicasts into us.
   if constexpr (size(ClusterShape{}) > 1) {
     cute::cluster_arrive_relaxed();
@@ -458,7 +483,7 @@ CUTLASS_DEVICE void Sm90GemmPersistent<CollectiveMainloop_, CollectiveEpilogue_,
 
   if constexpr (size(ClusterShape{}) > 1) cute::cluster_wait();
 
-  Scheduler scheduler(params.scheduler);
+  Scheduler scheduler = make_scheduler(params, shared);
 
   if (is_producer) {
     cutlass::arch::warpgroup_reg_dealloc<kLoadRegisters>();
@@ -472,6 +497,7 @@ CUTLASS_DEVICE void Sm90GemmPersistent<CollectiveMainloop_, CollectiveEpilogue_,
         auto blk_coord = make_coord(work.m_idx, work.n_idx, _, work.l_idx);
         int const k_n = k_count(work, k_tiles);
         auto k_tile_iter = cute::make_coord_iterator(idx2crd(k_begin(work), shape<3>(gA_mkl)), shape<3>(gA_mkl));
+        if constexpr (kGrouped) collective_mainloop.set_group_tile(scheduler.grouped_tile(work));
         collective_mainloop.load(params.mainloop, mainloop_pipeline, write_state, load_inputs, blk_coord,
                                  k_tile_iter, k_n, lane_idx, block_rank_in_cluster, shared.tensors.mainloop);
         write_state.advance(k_n);
@@ -514,6 +540,7 @@ CUTLASS_DEVICE void Sm90GemmPersistent<CollectiveMainloop_, CollectiveEpilogue_,
         collective_mainloop.mma_tail(mainloop_pipeline, read_state, k_n);
         read_state.advance(k_n);
         if (!split_fixup(params, work, accumulators, mma_thread_idx, kSplitBarrier)) continue;
+        if constexpr (kGrouped) collective_epilogue.set_group_tile(scheduler.grouped_tile(work));
 
         auto [load_next, store_next] = collective_epilogue.store(
             epi_load_pipeline, epi_load_state, epi_store_pipeline, epi_store_state, problem_mnkl, TileShape{},
@@ -557,6 +584,7 @@ CUTLASS_DEVICE void Sm90GemmPersistent<CollectiveMainloop_, CollectiveEpilogue_,
         bool const stores = split_fixup(params, work, accumulators, group_thread_idx,
                                         kSplitBarrier + uint32_t(consumer));
         math_order_barrier.wait();  // epilogues alternate too: they share smem and a named barrier
+        if constexpr (kGrouped) collective_epilogue.set_group_tile(scheduler.grouped_tile(work));
         if (!stores) {
           // A partial unit stores nothing: keep the epilogue turn, and step the states past
           // this unit and the other WG's as a store would have.

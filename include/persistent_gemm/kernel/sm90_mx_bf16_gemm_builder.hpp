@@ -10,6 +10,14 @@
 // or bf16, K-major, ldb in elements, no scales); D is written transposed. run() is two launches
 // on `stream`: the pre-pass (host/mx_bf16_prepass.cuh: row references and the activations as
 // bf16 in the mainloop's K order, into GemmArgs::workspace) and the GEMM.
+//
+// Grouped (ScheduleTag::Grouped, pg.grouped_mm's prefill): GemmArgs' weight is the experts'
+// stack (group_stride_a bytes apart, their blocked scales contiguous: group_stride_scale_a is one
+// expert's whole bands), the activations every expert's rows (offs or the masked form's counts
+// in group_rows, read on the device), bias one row per expert. The pre-pass takes the stack's
+// scales as one matrix of E x whole bands, and the activations as they are; the kernel walks
+// (expert, tile) ids (scheduler/tile_scheduler.hpp), a tile's tokens counted from its expert's
+// first row, so no expert is padded and none straddles another.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +51,8 @@ constexpr int stage_bytes() {
   return tm * x_row + tn * 128 + 512 + 16 /* full/empty barriers */;
 }
 
-// GemmArgs::workspace: [weight refs][token refs][bf16 activations], each 256 B aligned.
+// GemmArgs::workspace: [weight refs][token refs][bf16 activations], each 256 B aligned. Grouped:
+// the weight refs of every expert's whole bands.
 struct Workspace {
   float* w_ref;
   float* a_ref;
@@ -52,8 +61,9 @@ struct Workspace {
   size_t bytes;
 };
 inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+inline int64_t band_rows(GemmArgs const& g) { return (int64_t(g.m) + 127) / 128 * 128; }
 inline Workspace carve(GemmArgs const& g) {
-  int64_t const w_rows = (int64_t(g.m) + 127) / 128 * 128;
+  int64_t const w_rows = band_rows(g) * (g.groups > 0 ? g.groups : 1);
   int64_t const ldy = (int64_t(g.k) + 31) / 32 * 32;
   size_t const w_bytes = align256(size_t(w_rows) * 4), a_bytes = align256(size_t(g.n) * 4);
   auto* base = static_cast<char*>(g.workspace);
@@ -71,6 +81,7 @@ struct Sm90MxBf16Gemm {
   PGEMM_SPEC_SM90_MX_MEMBERS(Spec, "the weight's bytes: MxOperandE4m3 or MxOperandE2m1");
   PGEMM_SPEC_REQUIRE(Spec, OperandA, "the activations: ActivationsE4m3 or ActivationsBf16");
   using OperandA = typename Spec::OperandA;
+  static constexpr bool kGrouped = ScheduleTag::Grouped;
   static constexpr bool kE2m1 = std::is_same_v<OperandX, collective::MxOperandE2m1>;
   static constexpr bool kBf16A = std::is_same_v<OperandA, ActivationsBf16>;
   static_assert(kBf16A || std::is_same_v<OperandA, ActivationsE4m3>, "OperandA: ActivationsE4m3 or ActivationsBf16");
@@ -78,11 +89,14 @@ struct Sm90MxBf16Gemm {
   static_assert(kBf16A || cute::size(ClusterShape{}) == 1,
                 "the MX bf16 route with e4m3 activations runs on 1x1 clusters only (2x1 and 1x2 failed to launch)");
   static constexpr int kStages =
-      Stages > 0 ? Stages : sm90_mx_auto_stages(sm90_mx_bf16_detail::stage_bytes<OperandX, TileShape>());
+      Stages > 0 ? Stages
+                 : sm90_mx_auto_stages(sm90_mx_bf16_detail::stage_bytes<OperandX, TileShape>(),
+                                       kGrouped ? int(sizeof(scheduler::GroupTable)) : 0);
 
-  using CollectiveMainloop = collective::Sm90MxBf16Mma<OperandX, TileShape, ClusterShape, kStages, kCooperative>;
+  using CollectiveMainloop =
+      collective::Sm90MxBf16Mma<OperandX, TileShape, ClusterShape, kStages, kCooperative, kGrouped>;
   // The row and token references come back as the Rowwise epilogue's two fp32 vectors.
-  using EpilogueOp = epilogue::Sm90PredicatedEpilogue<ElementD, ScaleMode::Rowwise, /*TransposeD=*/true>;
+  using EpilogueOp = epilogue::Sm90PredicatedEpilogue<ElementD, ScaleMode::Rowwise, /*TransposeD=*/true, kGrouped>;
   using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<EpilogueOp>;
   using Kernel = Sm90GemmPersistent<CollectiveMainloop, CollectiveEpilogue, ScheduleTag, Style>;
   using Arguments = typename Kernel::Arguments;
@@ -93,6 +107,13 @@ struct Sm90MxBf16Gemm {
     args.mainloop = {g.a, g.lda, w.y, w.ldy, static_cast<uint8_t const*>(g.scale_a), w.w_ref};
     args.epilogue = {static_cast<ElementD*>(g.d), int64_t(g.ldd), w.w_ref, w.a_ref,
                      static_cast<ElementD const*>(g.bias), g.alpha, g.beta};
+    if constexpr (kGrouped) {
+      args.mainloop.groups = g.groups;
+      args.mainloop.group_stride_x = g.group_stride_a;
+      args.mainloop.group_stride_sf_x = g.group_stride_scale_a;
+      args.epilogue.group_stride_scale_a = sm90_mx_bf16_detail::band_rows(g);
+      args.scheduler.group_rows = {g.group_rows, g.groups, g.n, g.group_rows_ld};
+    }
     args.scheduler.max_workers = g.max_workers;
     args.sm_count = g.sm_count;
     return args;
@@ -104,6 +125,16 @@ struct Sm90MxBf16Gemm {
   // copies of its atoms), K % 32 for packed e2m1 rows, D's extent, the workspace.
   static bool can_implement(GemmArgs const& g) {
     if (g.m < 1 || g.n < 1 || g.k < 1 || g.scale_mode != ScaleMode::Block32) return false;
+    if constexpr (kGrouped) {
+      // The experts' scales are one stack of whole bands (the pre-pass reads them as one matrix).
+      int64_t const expert_scale_bytes = sm90_mx_bf16_detail::band_rows(g) / 128 * ((g.k + 127) / 128) * 512;
+      if (g.groups < 1 || g.groups > scheduler::kMaxGroups || !g.group_rows || g.group_rows_ld < 0 ||
+          int64_t(g.groups) * g.group_rows_ld > g.n || g.group_stride_a % 16 ||
+          (g.groups > 1 && (g.group_stride_a < int64_t(g.m) * g.lda || g.group_stride_scale_a != expert_scale_bytes)))
+        return false;
+    } else if (g.groups != 0) {
+      return false;
+    }
     if (!g.a || !g.b || !g.d || !g.scale_a || (!kBf16A && !g.scale_b) || g.ld_scale_a != 0) return false;
     if (!aligned16(g.a) || !aligned16(g.scale_a)) return false;
     int64_t const x_bytes = kE2m1 ? g.k / 2 : g.k;
@@ -123,7 +154,7 @@ struct Sm90MxBf16Gemm {
     job.k = g.k;
     job.w_scale = static_cast<uint8_t const*>(g.scale_a);
     job.w_scale_ld = 0;
-    job.w_rows = g.m;
+    job.w_rows = kGrouped ? int32_t(sm90_mx_bf16_detail::band_rows(g) * g.groups) : g.m;
     job.w_ref = w.w_ref;
     job.a = static_cast<uint8_t const*>(g.b);
     job.a_bf16 = kBf16A;
@@ -134,6 +165,7 @@ struct Sm90MxBf16Gemm {
     job.a_ref = w.a_ref;
     job.y = w.y;
     job.ldy = w.ldy;
+    if constexpr (kGrouped) job.groups = {g.group_rows, g.groups, g.n, g.group_rows_ld};
     if (cudaError_t e = host::mx_bf16_prepass(job, stream); e != cudaSuccess) return e;
     return launch_sm90_persistent<Kernel>(make_arguments(g, w), stream);
   }

@@ -29,18 +29,7 @@ CUTLASS_DEVICE void Sm90MxGemv<OperandW, OperandX, ElementD, Tokens, CtasPerSm, 
     gemv_detail::wait_prerequisites();
     if (warp == 0) {
       int32_t const bad = table->build(p.groups, Tokens, threadIdx.x % 32);
-      if (bad >= 0 && blockIdx.x == 0 && threadIdx.x == 0) {
-        // The device-side check of offs (nothing on the host reads it): the rows were clamped,
-        // so nothing was touched out of bounds; the launch fails with this message.
-        if (p.groups.ld == 0)
-          printf("persistent_gemm.grouped_mm: offs must be non-decreasing cumulative row ends in [0, %d] with "
-                 "offs[-1] == %d (the rows of a); offs[%d] = %d breaks it\n",
-                 p.groups.total, p.groups.total, bad, p.groups.rows[bad]);
-        else
-          printf("persistent_gemm.masked_grouped_mm: counts must be in [0, %d] (a's rows per expert); counts[%d] = %d\n",
-                 int32_t(p.groups.ld), bad, p.groups.rows[bad]);
-        __trap();
-      }
+      scheduler::trap_on_bad_rows(p.groups, bad, blockIdx.x == 0 && threadIdx.x == 0);
     }
   }
   __syncthreads();

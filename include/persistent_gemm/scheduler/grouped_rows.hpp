@@ -8,10 +8,14 @@
 // Every CTA builds the same item table from the group rows at launch (one warp, a few hundred
 // bytes read from L2), so the walk is decided on the device and nothing on the host reads offs
 // (CUDA graphs replay it with new routing). persistent_gemm.strip_schedule.grouped_strip_stream_k
-// is the Python twin (tests/test_grouped.py).
+// is the Python twin (tests/test_grouped.py). The grouped tile kernels build the same table with
+// a group's tile ids as its items (PersistentTileScheduler's grouped walk).
 #pragma once
 
 #include <cstdint>
+#if defined(__CUDACC__)
+#include <cstdio>
+#endif
 
 #include "cutlass/cutlass.h"
 
@@ -72,9 +76,14 @@ struct GroupTable {
   // One warp builds the table (lane = threadIdx.x % 32) and returns the first group whose rows
   // are malformed (offs decreasing, past the rows, its last value not the rows; a count below 0
   // or above ld), -1 when none. Malformed rows are clamped into [0, rows) first, so no role
-  // reads or writes outside the operands whatever the caller passed.
+  // reads or writes outside the operands whatever the caller passed. A group's items are
+  // count(rows) (the GEMV: items of `tokens` rows; a tile kernel: the group's tile ids).
 #if defined(__CUDACC__)
   CUTLASS_DEVICE int32_t build(GroupRows const& g, int32_t tokens, int lane) {
+    return build(g, [tokens](int32_t rows) { return (rows + tokens - 1) / tokens; }, lane);
+  }
+  template <class Count>
+  CUTLASS_DEVICE int32_t build(GroupRows const& g, Count const& count, int lane) {
     int32_t carry = 0, bad = -1;
     int32_t prev_end = 0;  // offs[e-1] of the first group of this round of 32
     for (int32_t base = 0; base < g.groups; base += 32) {
@@ -87,7 +96,7 @@ struct GroupTable {
       }
       int32_t const begin = span.begin, end = span.end;
       bool const wrong = span.wrong;
-      int32_t const items = (end - begin + tokens - 1) / tokens;
+      int32_t const items = count(end - begin);
       int32_t scan = items;  // inclusive prefix over the lanes
       CUTLASS_PRAGMA_UNROLL
       for (int d = 1; d < 32; d *= 2) {
@@ -119,5 +128,37 @@ struct GroupTable {
     return {lo, row0, left < tokens ? left : tokens};
   }
 };
+
+#if defined(__CUDACC__)
+// The first group whose rows are malformed (group_span's rule), -1 when none; one warp.
+CUTLASS_DEVICE int32_t first_bad_group(GroupRows const& g, int lane) {
+  for (int32_t base = 0; base < g.groups; base += 32) {
+    int32_t const e = base + lane;
+    bool wrong = false;
+    if (e < g.groups) wrong = group_span(g, e, g.rows[e], e == 0 ? 0 : g.rows[e - 1]).wrong;
+    uint32_t const lanes = __ballot_sync(0xffffffffu, wrong);
+    if (lanes) return base + __ffs(lanes) - 1;
+  }
+  return -1;
+}
+
+// The device-side check of offs / counts (nothing on the host reads them): `bad` is build()'s
+// or first_bad_group's answer. The rows were clamped, so nothing was touched out of bounds; the
+// launch fails with this message (printed by one thread; every caller traps). A kernel with
+// wgmma leaves this to a kernel before it (printf is a call, which serializes its wgmmas).
+CUTLASS_DEVICE void trap_on_bad_rows(GroupRows const& g, int32_t bad, bool report) {
+  if (bad < 0) return;
+  if (report) {
+    if (g.ld == 0)
+      printf("persistent_gemm.grouped_mm: offs must be non-decreasing cumulative row ends in [0, %d] with "
+             "offs[-1] == %d (the rows of a); offs[%d] = %d breaks it\n",
+             g.total, g.total, bad, g.rows[bad]);
+    else
+      printf("persistent_gemm.masked_grouped_mm: counts must be in [0, %d] (a's rows per expert); counts[%d] = %d\n",
+             int32_t(g.ld), bad, g.rows[bad]);
+  }
+  __trap();
+}
+#endif
 
 }  // namespace persistent_gemm::scheduler

@@ -23,6 +23,11 @@
 // docstring defines it; stream_k_partition is its twin). Piece 0 of a unit reduces it; a later
 // piece is its worker's first tail step and only publishes partial sums. With StreamKLanes the
 // tail is dealt in lanes (stream_k_lanes below), so a column's bands run side by side.
+//
+// Grouped (Grouped = true, MoE experts): E problems sharing the kernel's M (weight rows) and K,
+// group e's N (its activation rows) known on the device only. Every CTA builds the same table
+// of the groups' rows and tile ids (GroupTable, from offs) in shared memory before its roles
+// start, and the clock runs over the groups' ids in order (grouped_work_at).
 #pragma once
 
 #include <algorithm>
@@ -91,7 +96,7 @@ inline int64_t stream_k_lanes(StreamKSplit const& s, int64_t clusters_major, int
 
 // ---------------------------------------------------------------------------------- tag ---
 template <int Swizzle_, int ClusterM_, int ClusterN_, Raster Raster_, int SplitK_ = 1, bool StreamK_ = false,
-          bool StreamKLanes_ = true>
+          bool StreamKLanes_ = true, bool Grouped_ = false>
 struct PersistentSchedule {
   static constexpr int Swizzle = Swizzle_;
   static constexpr int ClusterM = ClusterM_;
@@ -100,11 +105,14 @@ struct PersistentSchedule {
   static constexpr int SplitK = SplitK_;
   static constexpr bool StreamK = StreamK_;
   static constexpr bool StreamKLanes = StreamKLanes_;  // deal a stream-K tail in lanes
+  static constexpr bool Grouped = Grouped_;  // walk (group, tile) ids decided on the device from offs
   // Some unit may reduce part of a tile's K: the kernel needs the fixup (split-K's units also
   // need the predicated epilogue; stream-K keeps the TMA store).
   static constexpr bool ReducesK = SplitK > 1 || StreamK;
   static_assert(!(StreamK && SplitK > 1), "stream_k and split_k > 1 are two ways to split K: choose one");
   static_assert(StreamK || StreamKLanes, "stream_k_lanes=false deals a stream-K tail unit-major: it needs stream_k");
+  static_assert(!(Grouped && (SplitK > 1 || StreamK)),
+                "grouped=True deals whole tiles, group by group: split_k and stream_k do not apply");
   static_assert(Swizzle >= 1 && Swizzle <= 64, "swizzle must be in [1, 64]");
   static_assert(SplitK >= 1 && SplitK <= 16, "split_k must be in [1, 16]");
   static_assert((ClusterM == 1 || ClusterM == 2 || ClusterM == 4) &&
@@ -144,6 +152,22 @@ struct StreamKParams<true> {
   int64_t sk_iters = 0;
 };
 
+// The grouped walk's part of the Params: where the groups' rows are, and the extent they share
+// (the kernel's M). Empty otherwise.
+template <bool Grouped>
+struct GroupedParams {};
+template <>
+struct GroupedParams<true> {
+  GroupRows group_rows{};
+  int32_t shared_extent = 0;
+};
+
+// The rows of D a grouped tile writes: its group's, [row_begin, row_end) of the activations.
+// The tile's n_idx counts tiles from row_begin.
+struct GroupedTile {
+  int32_t group = 0, row_begin = 0, row_end = 0;
+};
+
 // ------------------------------------------------------------------------------- class ---
 template <class Schedule, int TileM, int TileN>
 class PersistentTileScheduler {
@@ -155,6 +179,7 @@ class PersistentTileScheduler {
   static constexpr int SplitK = Schedule::SplitK;
   static constexpr bool StreamK = Schedule::StreamK;
   static constexpr bool StreamKLanes = Schedule::StreamKLanes;
+  static constexpr bool Grouped = Schedule::Grouped;
   static constexpr bool kRowRaster = RasterOrder == Raster::Row;
   static_assert(TileM > 0 && TileN > 0, "tile extents must be positive");
 
@@ -162,16 +187,17 @@ class PersistentTileScheduler {
     int m = 1, n = 1, l = 1;
     int k_tiles = 1;      // K-tiles of the problem: the K ranges of work units split this
     int max_workers = 0;  // 0: as many clusters as fit on the GPU
+    GroupRows group_rows{};  // Grouped: the groups' rows (n is then all of them)
   };
 
   // Everything the clock needs, divisors precomputed on the host. "major" is the dimension
   // panels are stacked along (M for row raster), "minor" the one ids sweep inside a panel.
-  struct Params : StreamKParams<StreamK> {
+  struct Params : StreamKParams<StreamK>, GroupedParams<Grouped> {
     int32_t tiles_m = 0, tiles_n = 0;
     int32_t clusters_m = 0, clusters_n = 0;
     int32_t clusters_major = 0, clusters_minor = 0;
     int32_t full_panels = 0;  // panels of exactly Swizzle clusters
-    int32_t num_ids = 0;      // L * Mc * Nc * splits
+    int32_t num_ids = 0;      // L * Mc * Nc * splits (grouped: a bound on the groups' ids)
     int32_t num_workers = 1;
     int32_t k_tiles = 1;
     int32_t splits = 1;              // min(SplitK, k_tiles)
@@ -208,6 +234,13 @@ class PersistentTileScheduler {
     int const fit = sm_count / (ClusterM * ClusterN);
     int workers = args.max_workers > 0 ? args.max_workers : (fit > 0 ? fit : 1);
     p.num_workers = workers;
+    if constexpr (Grouped) {
+      // The launch is sized before the rows are known: each group's ids are at most its whole
+      // clusters plus one partial column, so Mc * (Nc + E) bounds them all.
+      p.group_rows = args.group_rows;
+      p.shared_extent = args.m;
+      p.num_ids = p.clusters_m * (p.clusters_n + args.group_rows.groups);
+    }
     if constexpr (StreamK) {
       StreamKSplit const sk = stream_k_split(p.num_ids, p.k_tiles, workers);
       int64_t const lanes = StreamKLanes ? stream_k_lanes(sk, p.clusters_major, p.clusters_minor, Swizzle) : 1;
@@ -336,10 +369,12 @@ class PersistentTileScheduler {
   // group). `ids_before` (E + 1 entries, non-decreasing) counts the ids before each group;
   // `extent` is group e's M (group_m) or N (!group_m), `other` the shared one. l_idx is the
   // group; no split-K or stream-K. persistent_gemm.grouped_walk.GroupedScheduleGrid is the twin.
+  // `extent(e)` is group e's extent (an array or a callable).
   CUTLASS_HOST_DEVICE static int32_t group_ids(int32_t extent, int32_t other, bool group_m) {
     return extent > 0 ? grid_params(group_m ? extent : other, group_m ? other : extent, 1, 1).num_ids : 0;
   }
-  CUTLASS_HOST_DEVICE static WorkTileInfo grouped_work_at(int32_t const* ids_before, int32_t const* extent,
+  template <class Extent>
+  CUTLASS_HOST_DEVICE static WorkTileInfo grouped_work_at(int32_t const* ids_before, Extent const& extent,
                                                           int32_t groups, int32_t other, bool group_m,
                                                           int32_t tile_id, int rank_m, int rank_n) {
     static_assert(SplitK == 1 && !StreamK, "the grouped walk deals whole tiles: no split-K or stream-K");
@@ -347,7 +382,8 @@ class PersistentTileScheduler {
     w.tile_id = tile_id;
     if (tile_id >= ids_before[groups]) return w;  // valid == false
     int32_t const lo = owner_group(ids_before, groups, tile_id);
-    Params const p = grid_params(group_m ? extent[lo] : other, group_m ? other : extent[lo], 1, 1);
+    int32_t const ext = extent_of(extent, lo);
+    Params const p = grid_params(group_m ? ext : other, group_m ? other : ext, 1, 1);
     w = work_at(p, tile_id - ids_before[lo], rank_m, rank_n);
     w.tile_id = tile_id;
     w.l_idx = lo;
@@ -355,25 +391,60 @@ class PersistentTileScheduler {
   }
 
 #if defined(__CUDACC__)
-  CUTLASS_DEVICE explicit PersistentTileScheduler(Params const& params)
+  // Grouped: `groups` is the CTA's table (build_groups), in shared memory.
+  CUTLASS_DEVICE explicit PersistentTileScheduler(Params const& params, GroupTable const* groups = nullptr)
       : params_(params),
+        groups_(groups),
         rank_m_(int(blockIdx.x)),
         rank_n_(int(blockIdx.y) % ClusterN),
         worker_(int(blockIdx.y) / ClusterN),
         stride_(int(gridDim.y) / ClusterN) {}
 
-  CUTLASS_DEVICE WorkTileInfo initial_work() const { return first_work(params_, worker_, rank_m_, rank_n_); }
+  // Grouped: one warp fills `table` with each group's rows (clamped into the activations) and
+  // tile ids (its items); the caller then syncs the CTA before any role walks. Malformed offs /
+  // counts are the kernel before's to report (trap_on_bad_rows: no printf beside wgmmas).
+  CUTLASS_DEVICE static void build_groups(Params const& params, GroupTable& table, int lane) {
+    static_assert(Grouped, "build_groups: only a grouped schedule has groups");
+    int32_t const other = params.shared_extent;
+    table.build(params.group_rows, [other](int32_t rows) { return group_ids(rows, other, false); }, lane);
+  }
+
+  CUTLASS_DEVICE WorkTileInfo initial_work() const {
+    if constexpr (Grouped) return grouped_at(worker_);
+    else return first_work(params_, worker_, rank_m_, rank_n_);
+  }
 
   CUTLASS_DEVICE WorkTileInfo next_work(WorkTileInfo const& cur) const {
-    return next_work_of(params_, cur, worker_, stride_, rank_m_, rank_n_);
+    if constexpr (Grouped) return grouped_at(cur.tile_id + stride_);
+    else return next_work_of(params_, cur, worker_, stride_, rank_m_, rank_n_);
+  }
+
+  // The rows a grouped tile covers (its l_idx is the group).
+  CUTLASS_DEVICE GroupedTile grouped_tile(WorkTileInfo const& w) const {
+    return {w.l_idx, groups_->row_begin[w.l_idx], groups_->row_end[w.l_idx]};
   }
 
   CUTLASS_DEVICE int worker() const { return worker_; }
 
  private:
+  // The groups' N extents (activation rows) against the shared M: the table's items are the ids.
+  CUTLASS_DEVICE WorkTileInfo grouped_at(int32_t tile_id) const {
+    GroupTable const* t = groups_;
+    return grouped_work_at(t->item_begin, [t](int32_t e) { return t->row_end[e] - t->row_begin[e]; },
+                           params_.group_rows.groups, params_.shared_extent, /*group_m=*/false, tile_id, rank_m_,
+                           rank_n_);
+  }
+
   Params params_;
+  GroupTable const* groups_;
   int rank_m_, rank_n_, worker_, stride_;
 #endif
+
+  template <class Extent>
+  CUTLASS_HOST_DEVICE static int32_t extent_of(Extent const& extent, int32_t e) {
+    if constexpr (std::is_pointer_v<Extent>) return extent[e];
+    else return extent(e);
+  }
 };
 
 // ---------------------------------------------------------------------------- selector ---
@@ -383,9 +454,9 @@ struct TileSchedulerSelector {
                 "persistent_gemm: unsupported tile scheduler tag (use scheduler::PersistentSchedule)");
 };
 
-template <int S, int CM, int CN, Raster R, int SK, bool StreamK, bool Lanes, int TileM, int TileN>
-struct TileSchedulerSelector<PersistentSchedule<S, CM, CN, R, SK, StreamK, Lanes>, TileM, TileN> {
-  using type = PersistentTileScheduler<PersistentSchedule<S, CM, CN, R, SK, StreamK, Lanes>, TileM, TileN>;
+template <int S, int CM, int CN, Raster R, int SK, bool StreamK, bool Lanes, bool Grouped, int TileM, int TileN>
+struct TileSchedulerSelector<PersistentSchedule<S, CM, CN, R, SK, StreamK, Lanes, Grouped>, TileM, TileN> {
+  using type = PersistentTileScheduler<PersistentSchedule<S, CM, CN, R, SK, StreamK, Lanes, Grouped>, TileM, TileN>;
 };
 
 }  // namespace persistent_gemm::scheduler
