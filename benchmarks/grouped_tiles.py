@@ -1,6 +1,7 @@
-"""The grouped decode GEMV's token tile (issue 45): for gpt-oss-20b's up/gate projection (E = 32,
+"""The grouped kernels' token tile (issue 45): for gpt-oss-20b's up/gate projection (E = 32,
 top-4, N = 5760, K = 2880, MXFP4 weight-only, bf16 activations) at a few token counts, the time of
-the tile the chooser picks (``explain(..., groups=E)``), of every grouped tile forced, and of bf16
+the config the chooser picks (``explain(..., groups=E)``), of every grouped GEMV tile and the
+grouped prefill tile forced, and of bf16
 ``torch._grouped_mm`` on the same routing. CUDA-graph replay of 20 back-to-back calls, median of
 10 replays, per call. No L2 rotation: at 1 token the 4 touched experts' FP4 bytes (35 MB) fit an
 H100's 50 MB L2, which flatters ours there (torch's bf16 experts, 140 MB, do not fit); the
@@ -17,6 +18,7 @@ import persistent_gemm as pg
 
 E, N, K, TOP = 32, 5760, 2880, 4
 CFG = "sm90a_bf16xe2m1_128x{}x512_c1x1_sw1_row_grouped_gemv_swapab"
+TILE = "sm90a_bf16xe2m1_128x128x64_c1x1_sw8_row_grouped_coop_swapab_bf16route"
 
 
 def graph_us(f, calls=20):
@@ -44,7 +46,7 @@ def graph_us(f, calls=20):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tokens", default="1,4,16,32,128,512")
+    ap.add_argument("--tokens", default="1,4,16,32,128,512,1024,4096")
     args = ap.parse_args()
     torch.manual_seed(0)
     w = torch.randn(E * N, K, device="cuda")
@@ -60,6 +62,8 @@ def main():
         x = torch.randn(TOP * tokens, K, device="cuda", dtype=torch.bfloat16)
         pick = pg.explain(TOP * tokens, N, K, dtype="bf16xe2m1", groups=E).config
         forced = {t: graph_us(lambda: pg.grouped_mm(x, pw, offs, config=CFG.format(t))) for t in (8, 16, 32, 64)}
+        if TILE in pg.built_configs("sm90a"):
+            forced["tile128"] = graph_us(lambda: pg.grouped_mm(x, pw, offs, config=TILE))
         auto = graph_us(lambda: pg.grouped_mm(x, pw, offs))
         torch_us = graph_us(lambda: torch._grouped_mm(x, wb, offs=offs))
         print(f"tokens {tokens}: experts touched {int((counts > 0).sum())}, most rows {int(counts.max())}; "

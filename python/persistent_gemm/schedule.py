@@ -132,7 +132,8 @@ class TileSchedule:
         on the host (:func:`persistent_gemm.strip_schedule.grouped_strip_stream_k` is the
         reference walk). Tile kernels walk groups by :mod:`persistent_gemm.grouped_walk`: each
         group's tiles by the dense map over its own grid, group after group (no split-K or
-        stream-K); only the decode GEMV is built as a grouped kernel so far.
+        stream-K); the grouped kernels built are the decode GEMV and the sm90a MX bf16 route's
+        prefill tiles.
 
     Examples
     --------

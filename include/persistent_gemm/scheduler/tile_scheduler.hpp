@@ -236,10 +236,11 @@ class PersistentTileScheduler {
     p.num_workers = workers;
     if constexpr (Grouped) {
       // The launch is sized before the rows are known: each group's ids are at most its whole
-      // clusters plus one partial column, so Mc * (Nc + E) bounds them all.
+      // clusters plus one partial column, so Mc * (Nc + E) bounds them all. Without groups (the
+      // host walks of the parity tests) the map is the dense one.
       p.group_rows = args.group_rows;
       p.shared_extent = args.m;
-      p.num_ids = p.clusters_m * (p.clusters_n + args.group_rows.groups);
+      if (args.group_rows.groups > 0) p.num_ids = p.clusters_m * (p.clusters_n + args.group_rows.groups);
     }
     if constexpr (StreamK) {
       StreamKSplit const sk = stream_k_split(p.num_ids, p.k_tiles, workers);
