@@ -164,7 +164,6 @@ class Sm90GemmPersistent {
     scheduler::GroupTable groups;
   };
   using KernelStorage = std::conditional_t<kGrouped, GroupedSharedStorage, SharedStorage>;
-  static constexpr int kGroupTableBytes = kGrouped ? int(sizeof(scheduler::GroupTable)) : 0;
   static constexpr int SharedStorageSize = int(sizeof(KernelStorage));
   static_assert(SharedStorageSize <= arch_limits::sm90a::kSmemBytes,
                 "shared storage exceeds the 227 KB SM90 opt-in limit; lower Stages");
