@@ -93,11 +93,12 @@ ${table}  };
       // Weight-only MX (bf16 activations, swap-AB: the kernel's B) has no activation scales.
       if (e.mx && e.b_bits == 16) g.scale_b = nullptr;
       if (e.plain_b_scales && g.scale_b) g.ld_scale_b = (K0 + 31) / 32;
-      // Grouped (grouped_mm): 4 experts' weights a whole (N, K) apart, offs on the device.
+      // Grouped (grouped_mm): 4 experts' weights a whole (N, K) apart (the MX weight's lda counts
+      // bytes), their blocked scales back to back, offs on the device.
       if (e.grouped) {
         g.groups = 4;
         g.group_rows = reinterpret_cast<int32_t const*>(uintptr_t(13) << 20);
-        g.group_stride_a = g.lda * N * e.a_bits / 8;
+        g.group_stride_a = g.lda * g.m;
         g.group_stride_scale_a = 512 * ((N + 127) / 128) * ((K0 / 32 + 3) / 4);
       }
       g.sm_count = e.sm100 ? 148 : 132;
@@ -113,7 +114,7 @@ ${table}  };
       GemmArgs w = g;
       w.scale_mode = e.scale == ScaleMode::None ? ScaleMode::Tensorwise : ScaleMode::None;
       std::printf("refuses %s other_scale_mode %d\n", e.name, int(!e.can(w)));
-      if (e.gemv) {  // a grouped GEMV refuses one problem's arguments, a dense one a grouped problem's
+      if (e.gemv || e.grouped) {  // a grouped kernel refuses one problem's arguments, a dense GEMV a grouped problem's
         w = g, w.groups = e.grouped ? 0 : 4, w.group_rows = reinterpret_cast<int32_t const*>(uintptr_t(13) << 20);
         std::printf("refuses %s other_grouping %d\n", e.name, int(!e.can(w)));
       }
@@ -210,6 +211,6 @@ def test_every_kernel_accepts_what_the_dispatcher_hands_it(arch, tmp_path):
             wrong.append(f"{name} refuses M={m} N={n} K={k}")
     assert seen == len(kernels) * len(SHAPES), run.stdout[-2000:]
     fp32_scaled = sum(v.scale in ("tensor", "row") for _, v in kernels)
-    gemv = sum(c.kernel == "gemv" for c, _ in kernels)
+    gemv = sum(c.kernel == "gemv" or c.schedule.grouped for c, _ in kernels)
     assert refusals == len(kernels) + 2 * fp32_scaled + gemv, run.stdout[-2000:]
     assert not wrong, "\n".join(wrong[:20])
