@@ -48,21 +48,29 @@ case "${1:-}" in
     [ $rc -eq 0 ] || { tail -40 "$OUT/build.log"; exit $rc; }
     ;;
   grouped)
-    # Issue 45 on a build of the decode GEMVs (PGEMM_KERNELS=_gemv_ ... build): the grouped GPU
-    # tests, the MoE module's, the three sanitizers over the grouped GEMVs, the token-tile probe
-    # and moe.csv (gpt-oss-20b; more with extra bench_moe.py arguments).
+    # Issue 45 on a build of the grouped kernels (PGEMM_KERNELS=_grouped_ ... build), in the order
+    # that matters if the call runs out: the grouped GPU tests, the kernels' token tiles probe,
+    # moe.csv (gpt-oss-20b up and down; more with extra bench_moe.py arguments), memcheck over the
+    # prefill tiles, the MoE module's GPU tests. SANITIZE=1 adds racecheck and synccheck over every
+    # grouped kernel (--quick routings).
     shift
     pytest_file grouped_ tests/test_gpu_grouped.py
-    pytest_file grouped_ tests/test_moe.py
-    for tool in memcheck racecheck synccheck; do
-      log="$OUT/sanitize_grouped_$tool.log"
-      timeout 300 compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_grouped.py \
-        $([ $tool = memcheck ] || echo --quick) > "$log" 2>&1
-      echo "grouped $tool rc=$? ($(tail -1 "$log"))"
-    done
-    timeout 120 python3 benchmarks/grouped_tiles.py --tokens 1,16,128 | tee "$OUT/grouped_tiles.txt"
-    timeout 400 python3 benchmarks/bench_moe.py --shapes gpt-oss-20b --tokens 1,16,128,1024,4096 --eager-tokens 16 \
-      --check --out "$OUT/moe.csv" "$@" 2>&1 | tee "$OUT/bench_moe.log" | tail -30
+    timeout 120 python3 benchmarks/grouped_tiles.py --tokens 1,16,128,1024,4096 | tee "$OUT/grouped_tiles.txt"
+    timeout ${BENCH_TIMEOUT:-240} python3 benchmarks/bench_moe.py --shapes gpt-oss-20b-up,gpt-oss-20b-down \
+      --tokens 1,16,128,1024,4096 --eager-tokens 16 --check --out "$OUT/moe.csv" "$@" 2>&1 | tee "$OUT/bench_moe.log" | tail -30
+    log="$OUT/sanitize_grouped_tiles_memcheck.log"
+    timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize_grouped.py --match _coop_ \
+      > "$log" 2>&1
+    echo "grouped tiles memcheck rc=$? ($(tail -1 "$log"))"
+    pytest_file grouped_ tests/test_moe.py -k TestCuda
+    if [ -n "${SANITIZE:-}" ]; then
+      for tool in memcheck racecheck synccheck; do
+        log="$OUT/sanitize_grouped_$tool.log"
+        timeout 300 compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_grouped.py \
+          $([ $tool = memcheck ] || echo --quick) > "$log" 2>&1
+        echo "grouped $tool rc=$? ($(tail -1 "$log"))"
+      done
+    fi
     ;;
   test)
     python3 -m pytest tests -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
