@@ -49,15 +49,15 @@ case "${1:-}" in
     ;;
   grouped)
     # Issue 45 on a build of the grouped kernels (PGEMM_KERNELS=_grouped_ ... build), in the order
-    # that matters if the call runs out: the grouped GPU tests, the kernels' token tiles probe,
-    # moe.csv (gpt-oss-20b up and down; more with extra bench_moe.py arguments), memcheck over the
+    # that matters if the call runs out: the grouped GPU tests, moe.csv (gpt-oss-20b up and down;
+    # more with extra bench_moe.py arguments), the kernels' token tiles probe, memcheck over the
     # prefill tiles, the MoE module's GPU tests. SANITIZE=1 adds racecheck and synccheck over every
     # grouped kernel (--quick routings).
     shift
     pytest_file grouped_ tests/test_gpu_grouped.py
-    timeout 120 python3 benchmarks/grouped_tiles.py --tokens 1,16,128,1024,4096 | tee "$OUT/grouped_tiles.txt"
-    timeout ${BENCH_TIMEOUT:-240} python3 benchmarks/bench_moe.py --shapes gpt-oss-20b-up,gpt-oss-20b-down \
+    timeout ${BENCH_TIMEOUT:-220} python3 benchmarks/bench_moe.py --shapes gpt-oss-20b-up,gpt-oss-20b-down \
       --tokens 1,16,128,1024,4096 --eager-tokens 16 --check --out "$OUT/moe.csv" "$@" 2>&1 | tee "$OUT/bench_moe.log" | tail -30
+    timeout 100 python3 benchmarks/grouped_tiles.py --tokens 1,16,128,1024,4096 | tee "$OUT/grouped_tiles.txt"
     log="$OUT/sanitize_grouped_tiles_memcheck.log"
     timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize_grouped.py --match _coop_ \
       > "$log" 2>&1
