@@ -18,7 +18,7 @@ import persistent_gemm as pg
 
 E, N, K, TOP = 32, 5760, 2880, 4
 CFG = "sm90a_bf16xe2m1_128x{}x512_c1x1_sw1_row_grouped_gemv_swapab"
-TILE = "sm90a_bf16xe2m1_128x128x64_c1x1_sw8_row_grouped_coop_swapab_bf16route"
+TILE = "sm90a_bf16xe2m1_128x{}x64_c1x1_sw8_row_grouped_coop_swapab_bf16route"
 
 
 def graph_us(f, calls=20):
@@ -62,8 +62,9 @@ def main():
         x = torch.randn(TOP * tokens, K, device="cuda", dtype=torch.bfloat16)
         pick = pg.explain(TOP * tokens, N, K, dtype="bf16xe2m1", groups=E).config
         forced = {t: graph_us(lambda: pg.grouped_mm(x, pw, offs, config=CFG.format(t))) for t in (8, 16, 32, 64)}
-        if TILE in pg.built_configs("sm90a"):
-            forced["tile128"] = graph_us(lambda: pg.grouped_mm(x, pw, offs, config=TILE))
+        for t in (128, 256):
+            if TILE.format(t) in pg.built_configs("sm90a"):
+                forced[f"tile{t}"] = graph_us(lambda: pg.grouped_mm(x, pw, offs, config=TILE.format(t)))
         auto = graph_us(lambda: pg.grouped_mm(x, pw, offs))
         torch_us = graph_us(lambda: torch._grouped_mm(x, wb, offs=offs))
         print(f"tokens {tokens}: experts touched {int((counts > 0).sum())}, most rows {int(counts.max())}; "

@@ -87,7 +87,7 @@ def routing(tokens, e, top_k, seed=1, experts=None):
 def check(m, w, x, indices, weights, fmt, **act):
     """m(x) against the float64 definition on m's own weights (their bf16 or MX values)."""
     gate_up, down = m.dequantize()
-    biases = {k: w[k].bfloat16() for k in ("gate_up_bias", "down_bias") if k in w}
+    biases = {k: w[k].bfloat16().to(x.device) for k in ("gate_up_bias", "down_bias") if k in w}
     with torch.no_grad():
         out = m(x, indices, weights)
     assert out.shape == x.shape and out.dtype == x.dtype and torch.isfinite(out).all()
