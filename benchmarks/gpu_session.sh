@@ -56,7 +56,7 @@ case "${1:-}" in
     shift
     pytest_file grouped_ tests/test_gpu_grouped.py
     timeout ${BENCH_TIMEOUT:-220} python3 benchmarks/bench_moe.py --shapes gpt-oss-20b-up,gpt-oss-20b-down \
-      --tokens 1,16,128,1024,4096 --eager-tokens 16 --check --out "$OUT/moe.csv" "$@" 2>&1 | tee "$OUT/bench_moe.log" | tail -30
+      --tokens 1,16,128,1024,4096 --eager-tokens 16,1024,4096 --check --out "$OUT/moe.csv" "$@" 2>&1 | tee "$OUT/bench_moe.log" | tail -30
     timeout 100 python3 benchmarks/grouped_tiles.py --tokens 1,16,128,1024,4096 | tee "$OUT/grouped_tiles.txt"
     log="$OUT/sanitize_grouped_tiles_memcheck.log"
     timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize_grouped.py --match _coop_ \
