@@ -186,12 +186,19 @@ Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, 
   return e;
 }
 
+// The bf16 route's pre-pass traffic: `tokens` activation rows read (e4m3, or bf16 for
+// weight-only) and written as bf16, the scales of `weight_rows` rows and of the tokens read.
+static double bf16_prepass_us(Request const& r, double tokens, double weight_rows, ArchCost const& c) {
+  return (tokens * r.k * (bytes_of(r.b) + 2.0) + (weight_rows + tokens) * cdiv(r.k, 32)) / c.dram_bytes_per_us;
+}
+
 Estimate estimate_bf16_route(Request const& r, KernelGeometry const& g, ArchCost const& c) {
   using namespace model;
   if (g.grouped && r.groups > 0) {
     // Grouped: each touched expert's tiles over its own rows, as one problem of the experts'
     // token tiles side by side (rows spread evenly over min(E, rows) experts; an expert's last
-    // tile half empty on average), plus the other touched experts' weight reads.
+    // tile half empty on average), plus the other touched experts' weight reads. Its pre-pass
+    // widens the real rows only, and reads every expert's weight scales.
     double const touched = std::min<double>(r.groups, double(r.n));
     double const tiles = std::max(1.0, double(r.n) / touched / g.tile_n + 0.5);
     Request stacked = r;
@@ -200,10 +207,12 @@ Estimate estimate_bf16_route(Request const& r, KernelGeometry const& g, ArchCost
     KernelGeometry dense = g;
     dense.grouped = false;
     Estimate e = estimate_bf16_route(stacked, dense, c);
+    double const prepass_us = bf16_prepass_us(r, double(r.n), double(r.groups) * r.m, c) -
+                              bf16_prepass_us(stacked, double(stacked.n), double(r.m), c);
     double const weight_us =
         (touched - 1.0) * double(r.m) * (r.a == DType::E2M1 ? r.k / 2.0 : double(r.k)) / c.dram_bytes_per_us;
-    e.dram_us += weight_us;
-    e.us = std::max(e.us, e.dram_us + kBf16RoutePrepassFixedUs + 2.0 * c.launch_us);
+    e.dram_us += weight_us + prepass_us;
+    e.us = std::max(e.us + prepass_us, e.dram_us + kBf16RoutePrepassFixedUs + 2.0 * c.launch_us);
     return e;
   }
   // Oriented: m the weight's rows, n the tokens. The GEMM reads bf16 activations and runs at the
@@ -215,9 +224,7 @@ Estimate estimate_bf16_route(Request const& r, KernelGeometry const& g, ArchCost
   e.mma_us *= kBf16RouteConvertSlowdown;
   // The GEMM's bound first, on its own DRAM traffic; the pre-pass runs before it, serially.
   double const gemm_us = std::max({e.mma_us, e.dram_us + kL2ShareOfDram * e.l2_us, e.l2_us}) + e.oob_us + c.launch_us;
-  // The activations read (e4m3, or bf16 for weight-only) and written as bf16, the scales read.
-  double const prepass_dram_us =
-      (double(r.n) * r.k * (bytes_of(r.b) + 2.0) + double(r.m + r.n) * cdiv(r.k, 32)) / c.dram_bytes_per_us;
+  double const prepass_dram_us = bf16_prepass_us(r, double(r.n), double(r.m), c);
   e.dram_us += prepass_dram_us;
   e.us = gemm_us + prepass_dram_us + kBf16RoutePrepassFixedUs + c.launch_us;
   return e;

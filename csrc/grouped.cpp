@@ -245,13 +245,13 @@ at::Tensor grouped_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor 
   // apart (a stacked prepare_weight), 16-byte aligned as its TMA map needs.
   at::Tensor const w = b.transpose(1, 2);  // (E, N, Kb)
   int64_t const kb = w.size(2);
-  TORCH_CHECK_VALUE(w.stride(2) == 1 && (g.n == 1 || (w.stride(1) >= kb && w.stride(1) % 16 == 0)) &&
-                        w.stride(0) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0 &&
-                        reinterpret_cast<uintptr_t>(scale_b->data_ptr()) % 16 == 0,
-                    msg(kOp, ": b must be a stacked prepare_weight (each expert's (N, K) rows 16-byte aligned, a "
-                        "fixed stride apart), got b ", b.sizes(), " strides ", b.strides()));
   // The experts' blocked scales back to back (the prefill kernels' pre-pass reads them as one stack).
   at::Tensor const sb = scale_b->size(0) > 1 && scale_b->stride(0) != scale_b->size(1) ? scale_b->contiguous() : *scale_b;
+  TORCH_CHECK_VALUE(w.stride(2) == 1 && (g.n == 1 || (w.stride(1) >= kb && w.stride(1) % 16 == 0)) &&
+                        w.stride(0) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0 &&
+                        reinterpret_cast<uintptr_t>(sb.data_ptr()) % 16 == 0,
+                    msg(kOp, ": b must be a stacked prepare_weight (each expert's (N, K) rows 16-byte aligned, a "
+                        "fixed stride apart), got b ", b.sizes(), " strides ", b.strides()));
   Groups const groups{offs, g.groups, g.group_rows, w.stride(0), sb.stride(0)};
   Operands in{a.reshape({g.rows, g.k}), w[0], g.format == Format::Mx ? scale_a->reshape({g.rows, mx_blocks(g.k)})
                                                                      : at::Tensor(),

@@ -144,11 +144,12 @@ CUTLASS_DEVICE int32_t first_bad_group(GroupRows const& g, int lane) {
 
 // The device-side check of offs / counts (nothing on the host reads them): `bad` is build()'s
 // or first_bad_group's answer. The rows were clamped, so nothing was touched out of bounds; the
-// launch fails with this message (printed by one thread; every caller traps). A kernel with
-// wgmma leaves this to a kernel before it (printf is a call, which serializes its wgmmas).
+// one `report`ing thread prints the message and traps, which fails the launch (no other thread
+// traps first and cuts the message short). A kernel with wgmma leaves this to a kernel before it
+// (printf is a call, which serializes its wgmmas).
 CUTLASS_DEVICE void trap_on_bad_rows(GroupRows const& g, int32_t bad, bool report) {
-  if (bad < 0) return;
-  if (report) {
+  if (bad < 0 || !report) return;
+  {
     if (g.ld == 0)
       printf("persistent_gemm.grouped_mm: offs must be non-decreasing cumulative row ends in [0, %d] with "
              "offs[-1] == %d (the rows of a); offs[%d] = %d breaks it\n",
