@@ -101,10 +101,13 @@ def grouped_mm(a: torch.Tensor, b: Union[torch.Tensor, "PreparedWeight"], offs: 
       with ``a`` e4m3 and ``scale_a`` (rows, K/32) its plain e8m0 scales (``quantize_mxfp8``),
       MXFP8 (``fmt="mxfp8"``) or FP8 x FP4 (``fmt="fp4"``). K must be a multiple of 32.
 
-    On Hopper the MX formats run the grouped decode GEMV: only the experts that have rows are
-    streamed, each expert's rows in items of up to its token tile (8-64, chosen from rows / E),
-    the work dealt stream-K over all SMs. fp16 activations, more than 512 experts, and other GPUs
-    run the exact reference (dequantized weight, fp32 sums, one rounding).
+    On Hopper the MX formats run the grouped decode GEMV for a few rows per expert: only the
+    experts that have rows are streamed, each expert's rows in items of up to its token tile
+    (8-64, chosen from rows / E), the work dealt stream-K over all SMs. With tens of rows per
+    expert and more, the grouped prefill tiles (the MX bf16 route's 128 x 128 tile, walking
+    (expert, tile) ids decided on the device; ``config=`` names any other grouped bf16-route tile,
+    compiled at first use). fp16 activations, more than 512 experts, and other GPUs run the exact
+    reference (dequantized weight, fp32 sums, one rounding).
 
     ``bias`` (E, N) of the output dtype: expert e's row added to its rows, in fp32, rounded once.
     ``out_dtype``: bf16, fp16 or fp32; default ``a``'s dtype (bf16 for e4m3 ``a``). Returns (rows, N).
