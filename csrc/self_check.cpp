@@ -316,6 +316,14 @@ Verdict check_in_process(char const* op, std::string const& config, int device) 
 
 void ensure(char const* op, ArchModule const& mod, KernelEntry const& e, int device) {
   if (t_running || !guarded(mod)) return;
+  // The self-check's problems are one GEMM each; a grouped kernel refuses them. Grouped kernels
+  // exist only in tables validated on hardware (their GPU suite is tests/test_gpu_grouped.py), so
+  // PGEMM_SELF_CHECK=all passes them over; an unvalidated one would have nothing to check it.
+  if (e.geometry.grouped) {
+    TORCH_CHECK(mod.table->validated_on_hardware, op, ": ", e.config, " is a grouped kernel of the ",
+                mod.table->arch, " module, which was never run on hardware, and the self-check has no grouped problem");
+    return;
+  }
   if (!mod.table->validated_on_hardware) {
     TORCH_WARN_ONCE("persistent_gemm: the ", mod.table->arch, " kernels are compiled and SASS-checked but have "
                     "not been run on hardware by this project; each one is checked against the reference "
