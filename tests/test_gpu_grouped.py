@@ -29,6 +29,31 @@ def run_poisoned(fn):
         pg._C.set_poison_outputs(False)
 
 
+def assert_graph_replays_new_routing(call, route, av, w):
+    """Capture ``call`` (warmed up on a side stream) under ``set_sync_debug_mode("error")``, so a host
+    read of offs (or anything) on the op's path raises; then replay it after ``route(seed)`` rewrites
+    offs in place, against float64 each time."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = call()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for seed in (1, 2, 3):
+        counts = route(seed)
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        ref = grouped_reference(av, w, counts)
+        assert rel_err(out, ref) <= error_bound(rounding_err(ref, torch.bfloat16), 1e-6), counts
+
+
 # Row counts per expert: decode (a few experts with a row or two), top-k batches whose experts
 # exceed one 8/16-row item, empty experts at both ends, E = 1, one expert of 200 rows.
 COUNTS = {
@@ -154,25 +179,7 @@ def test_grouped_tiles_replay_new_routing_in_a_graph():
         return counts.tolist()
 
     route(0)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        pg.grouped_mm(a, pw, offs, config=config)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            out = pg.grouped_mm(a, pw, offs, config=config)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    for seed in (1, 2, 3):
-        counts = route(seed)
-        out.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        ref = grouped_reference(av, w, counts)
-        assert rel_err(out, ref) <= error_bound(rounding_err(ref, torch.bfloat16), 1e-6), counts
+    assert_graph_replays_new_routing(lambda: pg.grouped_mm(a, pw, offs, config=config), route, av, w)
 
 
 def test_bf16_experts_match_float64():
@@ -202,25 +209,7 @@ def test_graph_replay_with_new_routing_and_no_host_sync(fmt):
         return counts.tolist()
 
     route(0)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        pg.grouped_mm(a, pw, offs, scale_a=sa)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.set_sync_debug_mode("error")  # a host read of offs (or anything) on the op's path raises
-    try:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            out = pg.grouped_mm(a, pw, offs, scale_a=sa)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    for seed in (1, 2, 3):
-        counts = route(seed)
-        out.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        ref = grouped_reference(av, w, counts)
-        assert rel_err(out, ref) <= error_bound(rounding_err(ref, torch.bfloat16), 1e-6), counts
+    assert_graph_replays_new_routing(lambda: pg.grouped_mm(a, pw, offs, scale_a=sa), route, av, w)
 
 
 @pytest.mark.parametrize("kernel", ["gemv", "tiles"])

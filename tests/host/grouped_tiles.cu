@@ -17,7 +17,8 @@ int walk(bool group_m, int workers, int other, std::vector<int32_t> const& exten
   for (int32_t e = 0; e < groups; ++e) before[e + 1] = before[e] + S::group_ids(extent[e], other, group_m);
   for (int w = 0; w < workers; ++w)
     for (int32_t t = w, step = 0; t < before[groups]; t += workers, ++step) {
-      ps::WorkTileInfo const v = S::grouped_work_at(before.data(), extent.data(), groups, other, group_m, t, 0, 0);
+      ps::WorkTileInfo const v = S::grouped_work_at(before.data(), [&](int32_t e) { return extent[e]; }, groups, other,
+                                                    group_m, t, 0, 0);
       if (!v.valid) return 1;
       std::printf("%d %d %d %d %d\n", w, step, v.l_idx, v.cluster_row, v.cluster_col);
     }

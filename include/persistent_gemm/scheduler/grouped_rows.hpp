@@ -149,15 +149,13 @@ CUTLASS_DEVICE int32_t first_bad_group(GroupRows const& g, int lane) {
 // (printf is a call, which serializes its wgmmas).
 CUTLASS_DEVICE void trap_on_bad_rows(GroupRows const& g, int32_t bad, bool report) {
   if (bad < 0 || !report) return;
-  {
-    if (g.ld == 0)
-      printf("persistent_gemm.grouped_mm: offs must be non-decreasing cumulative row ends in [0, %d] with "
-             "offs[-1] == %d (the rows of a); offs[%d] = %d breaks it\n",
-             g.total, g.total, bad, g.rows[bad]);
-    else
-      printf("persistent_gemm.masked_grouped_mm: counts must be in [0, %d] (a's rows per expert); counts[%d] = %d\n",
-             int32_t(g.ld), bad, g.rows[bad]);
-  }
+  if (g.ld == 0)
+    printf("persistent_gemm.grouped_mm: offs must be non-decreasing cumulative row ends in [0, %d] with "
+           "offs[-1] == %d (the rows of a); offs[%d] = %d breaks it\n",
+           g.total, g.total, bad, g.rows[bad]);
+  else
+    printf("persistent_gemm.masked_grouped_mm: counts must be in [0, %d] (a's rows per expert); counts[%d] = %d\n",
+           int32_t(g.ld), bad, g.rows[bad]);
   __trap();
 }
 #endif

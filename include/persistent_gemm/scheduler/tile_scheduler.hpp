@@ -370,7 +370,7 @@ class PersistentTileScheduler {
   // group). `ids_before` (E + 1 entries, non-decreasing) counts the ids before each group;
   // `extent` is group e's M (group_m) or N (!group_m), `other` the shared one. l_idx is the
   // group; no split-K or stream-K. persistent_gemm.grouped_walk.GroupedScheduleGrid is the twin.
-  // `extent(e)` is group e's extent (an array or a callable).
+  // `extent(e)` is group e's extent.
   CUTLASS_HOST_DEVICE static int32_t group_ids(int32_t extent, int32_t other, bool group_m) {
     return extent > 0 ? grid_params(group_m ? extent : other, group_m ? other : extent, 1, 1).num_ids : 0;
   }
@@ -383,7 +383,7 @@ class PersistentTileScheduler {
     w.tile_id = tile_id;
     if (tile_id >= ids_before[groups]) return w;  // valid == false
     int32_t const lo = owner_group(ids_before, groups, tile_id);
-    int32_t const ext = extent_of(extent, lo);
+    int32_t const ext = extent(lo);
     Params const p = grid_params(group_m ? ext : other, group_m ? other : ext, 1, 1);
     w = work_at(p, tile_id - ids_before[lo], rank_m, rank_n);
     w.tile_id = tile_id;
@@ -440,12 +440,6 @@ class PersistentTileScheduler {
   GroupTable const* groups_;
   int rank_m_, rank_n_, worker_, stride_;
 #endif
-
-  template <class Extent>
-  CUTLASS_HOST_DEVICE static int32_t extent_of(Extent const& extent, int32_t e) {
-    if constexpr (std::is_pointer_v<Extent>) return extent[e];
-    else return extent(e);
-  }
 };
 
 // ---------------------------------------------------------------------------- selector ---
