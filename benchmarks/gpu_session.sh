@@ -72,6 +72,33 @@ case "${1:-}" in
       done
     fi
     ;;
+  grouped_sanitize)
+    # The grouped kernels under TOOLS (default: racecheck synccheck; --quick routings but for
+    # memcheck) restricted to MATCH (a sanitize_grouped.py --match regex), one log per tool.
+    for tool in ${TOOLS:-racecheck synccheck}; do
+      log="$OUT/sanitize_grouped_${LABEL:-all}_$tool.log"
+      timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_grouped.py \
+        --match "${MATCH:-}" $([ $tool = memcheck ] || echo --quick) > "$log" 2>&1
+      echo "grouped ${LABEL:-all} $tool rc=$? ($(tail -1 "$log"))"
+    done
+    ;;
+  grouped_ncu)
+    # Where an MoE contender's time goes (profile_moe.py): one launch of each LABELS entry under
+    # ncu --set full at TOKENS (default 16) of SHAPE (default gpt-oss-20b-up), the report and its
+    # details page as text under $OUT.
+    for label in ${LABELS:-ours:mxfp4_weight_only tk:mxfp4_weight_only}; do
+      rep="$OUT/ncu_moe_${label/:/_}_${TOKENS:-16}"
+      timeout ${NCU_TIMEOUT:-200} ncu --kernel-name regex:'sm90_mx_gemv|matmul_ogs|sm90_gemm_persistent' \
+        --launch-skip 3 --launch-count 1 --set full --import-source yes -f -o "$rep" \
+        python3 benchmarks/profile_moe.py --shape "${SHAPE:-gpt-oss-20b-up}" --tokens "${TOKENS:-16}" \
+        --label "$label" ${CONFIG:+--config "$CONFIG"} > "$rep.log" 2>&1
+      echo "$label rc=$? $(tail -1 "$rep.log")"
+      ncu --import "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
+      grep -E "^  [a-z_]|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Grid Size|Dynamic Shared" "$rep.txt" | head -14
+      ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.sass.csv" 2>&1
+      python3 benchmarks/ncu_stall_lines.py "$rep.sass.csv" 20 > "$rep.stalls.txt" 2>&1
+    done
+    ;;
   test)
     python3 -m pytest tests -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
     ;;

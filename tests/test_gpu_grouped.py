@@ -124,17 +124,18 @@ TILE_COUNTS = {
 }
 
 
-def tile_config(fmt):
-    name = f"sm90a_{TILE_FAMILY[fmt]}_128x128x64_c1x1_sw8_row_grouped_coop_swapab_bf16route"
+def tile_config(fmt, tokens=128):
+    name = f"sm90a_{TILE_FAMILY[fmt]}_128x{tokens}x64_c1x1_sw8_row_grouped_coop_swapab_bf16route"
     if name not in pg.built_configs("sm90a"):
         pytest.skip(f"{name} is not built (PGEMM_KERNELS)")
     return name
 
 
+@pytest.mark.parametrize("tokens", [128, 256])
 @pytest.mark.parametrize("fmt", MX)
 @pytest.mark.parametrize("case", TILE_COUNTS, ids=str)
-def test_grouped_tiles_match_float64(fmt, case):
-    config = tile_config(fmt)
+def test_grouped_tiles_match_float64(fmt, case, tokens):
+    config = tile_config(fmt, tokens)
     counts = TILE_COUNTS[case]
     e, n, k = len(counts), 320, 1056  # N: 2.5 weight tiles; K: 33 blocks (a partial 64-K tile)
     pw, w = expert_stack(fmt, e, n, k, seed=e + 7, device=CUDA)

@@ -139,9 +139,10 @@ CATALOGUE: tuple[KernelConfig, ...] = (
       for d, w in (("bf16xe2m1", 2), ("bf16xe4m3", 1), ("e4m3xe2m1", 2), ("mxfp8", 1)) for t in GEMV_TOKENS),
     # ... and prefill (tens of rows per expert and up): the bf16 route walking (expert, tile) ids
     # decided on the device, each tile's tokens counted from its expert's first row (no padding,
-    # no tile across experts). 128 tokens: gpt-oss-20b at 1024 tokens has ~128 rows per expert.
-    *(_cfg((128, 128, 64), 8, (1, 1), dtype=d, swap_ab=True, route="bf16", grouped=True)
-      for d in ("bf16xe2m1", "bf16xe4m3", "e4m3xe2m1", "mxfp8")),
+    # no tile across experts). 128 tokens: gpt-oss-20b at 1024 tokens has ~128 rows per expert;
+    # 256 tokens: each converted weight fragment feeds twice the tokens (4096 tokens: ~512 per expert).
+    *(_cfg((128, t, 64), 8, (1, 1), dtype=d, swap_ab=True, route="bf16", grouped=True)
+      for d in ("bf16xe2m1", "bf16xe4m3", "e4m3xe2m1", "mxfp8") for t in (128, 256)),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", arch="sm100a"),
     _cfg((256, 256, 64), 8, (2, 1), kernel="2sm", dtype="fp16", arch="sm100a"),
     # SM100 scaled_mm (e4m3, tensorwise / rowwise scales in the epilogue; compiled, not run): the
