@@ -104,7 +104,7 @@ def grouped_mm(a: torch.Tensor, b: Union[torch.Tensor, "PreparedWeight"], offs: 
     On Hopper the MX formats run the grouped decode GEMV for a few rows per expert: only the
     experts that have rows are streamed, each expert's rows in items of up to its token tile
     (8-64, chosen from rows / E), the work dealt stream-K over all SMs. With tens of rows per
-    expert and more, the grouped prefill tiles (the MX bf16 route's 128 x 128 tile, walking
+    expert and more, the grouped prefill tiles (the MX bf16 route's 128 x 128 and 128 x 256 tiles, walking
     (expert, tile) ids decided on the device; ``config=`` names any other grouped bf16-route tile,
     compiled at first use). fp16 activations, more than 512 experts, and other GPUs run the exact
     reference (dequantized weight, fp32 sums, one rounding).
