@@ -3,7 +3,10 @@
 # Run from the repository root with the CUTLASS wheel downloaded into .whl/ (docs/benchmarks.md,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
-#   bash benchmarks/gpu_session.sh build|test|grouped|sanitize|verify|stream_k|tiles|fitted|ncu_stalls|ncu_pair|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
+#   bash benchmarks/gpu_session.sh build|test|grouped|grouped_sanitize|grouped_ncu|sanitize|verify|stream_k|tiles|fitted|ncu_stalls|ncu_pair|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
+#
+# A device call brings back only a few files from $OUT: run the steps with OUT=$OUT/r and end the
+# call with `tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r`, or the logs past the first few are lost.
 #
 # bench_mx also times humming (the optional peer) when its wheel is in .whl/
 # (pip download --no-deps -d .whl humming-kernels==0.1.19): installed without dependencies into
