@@ -40,6 +40,18 @@ sanitize_three() {
     echo "$1 $tool rc=$? ($(tail -1 "$log"))"
   done
 }
+# sanitize_grouped LABEL MATCH LIMIT TOOL...: each compute-sanitizer TOOL over the grouped configs
+# sanitize_grouped.py --match MATCH finds (--quick routings but for memcheck), at most LIMIT
+# seconds each, logged to $OUT/sanitize_grouped_[LABEL_]TOOL.log.
+sanitize_grouped() {
+  local label=$1 match=$2 limit=$3 tool log
+  for tool in "${@:4}"; do
+    log="$OUT/sanitize_grouped_${label:+${label}_}$tool.log"
+    timeout "$limit" compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_grouped.py \
+      --match "$match" $([ $tool = memcheck ] || echo --quick) > "$log" 2>&1
+    echo "grouped ${label:+$label }$tool rc=$? ($(tail -1 "$log"))"
+  done
+}
 
 case "${1:-}" in
   build)
@@ -54,36 +66,21 @@ case "${1:-}" in
     # Issue 45 on a build of the grouped kernels (PGEMM_KERNELS=_grouped_ ... build), in the order
     # that matters if the call runs out: the grouped GPU tests, moe.csv (gpt-oss-20b up and down;
     # more with extra bench_moe.py arguments), the kernels' token tiles probe, memcheck over the
-    # prefill tiles, the MoE module's GPU tests. SANITIZE=1 adds racecheck and synccheck over every
-    # grouped kernel (--quick routings).
+    # prefill tiles, the MoE module's GPU tests. SANITIZE=1 adds memcheck, racecheck and synccheck
+    # over every grouped kernel.
     shift
     pytest_file grouped_ tests/test_gpu_grouped.py
     timeout ${BENCH_TIMEOUT:-220} python3 benchmarks/bench_moe.py --shapes gpt-oss-20b-up,gpt-oss-20b-down \
       --tokens 1,16,128,1024,4096 --eager-tokens 16,1024,4096 --check --out "$OUT/moe.csv" "$@" 2>&1 | tee "$OUT/bench_moe.log" | tail -30
     timeout 100 python3 benchmarks/grouped_tiles.py --tokens 1,16,128,1024,4096 | tee "$OUT/grouped_tiles.txt"
-    log="$OUT/sanitize_grouped_tiles_memcheck.log"
-    timeout 90 compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize_grouped.py --match _coop_ \
-      > "$log" 2>&1
-    echo "grouped tiles memcheck rc=$? ($(tail -1 "$log"))"
+    sanitize_grouped tiles _coop_ 90 memcheck
     pytest_file grouped_ tests/test_moe.py -k TestCuda
-    if [ -n "${SANITIZE:-}" ]; then
-      for tool in memcheck racecheck synccheck; do
-        log="$OUT/sanitize_grouped_$tool.log"
-        timeout 300 compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_grouped.py \
-          $([ $tool = memcheck ] || echo --quick) > "$log" 2>&1
-        echo "grouped $tool rc=$? ($(tail -1 "$log"))"
-      done
-    fi
+    [ -z "${SANITIZE:-}" ] || sanitize_grouped "" "" 300 memcheck racecheck synccheck
     ;;
   grouped_sanitize)
-    # The grouped kernels under TOOLS (default: racecheck synccheck; --quick routings but for
-    # memcheck) restricted to MATCH (a sanitize_grouped.py --match regex), one log per tool.
-    for tool in ${TOOLS:-racecheck synccheck}; do
-      log="$OUT/sanitize_grouped_${LABEL:-all}_$tool.log"
-      timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_grouped.py \
-        --match "${MATCH:-}" $([ $tool = memcheck ] || echo --quick) > "$log" 2>&1
-      echo "grouped ${LABEL:-all} $tool rc=$? ($(tail -1 "$log"))"
-    done
+    # The grouped kernels MATCH finds (a sanitize_grouped.py --match regex; default all) under
+    # TOOLS (default: racecheck synccheck), SAN_TIMEOUT seconds each, logs labelled LABEL.
+    sanitize_grouped "${LABEL:-all}" "${MATCH:-}" "${SAN_TIMEOUT:-300}" ${TOOLS:-racecheck synccheck}
     ;;
   grouped_ncu)
     # Where an MoE contender's time goes (profile_moe.py): one launch of each LABELS entry under
@@ -94,7 +91,7 @@ case "${1:-}" in
       timeout ${NCU_TIMEOUT:-200} ncu --kernel-name regex:'sm90_mx_gemv|matmul_ogs|sm90_gemm_persistent' \
         --launch-skip 3 --launch-count 1 --set full --import-source yes -f -o "$rep" \
         python3 benchmarks/profile_moe.py --shape "${SHAPE:-gpt-oss-20b-up}" --tokens "${TOKENS:-16}" \
-        --label "$label" ${CONFIG:+--config "$CONFIG"} > "$rep.log" 2>&1
+        --label "$label" > "$rep.log" 2>&1
       echo "$label rc=$? $(tail -1 "$rep.log")"
       ncu --import "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
       grep -E "^  [a-z_]|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Grid Size|Dynamic Shared" "$rep.txt" | head -14

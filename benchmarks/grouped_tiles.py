@@ -64,7 +64,7 @@ def main():
         built = set(pg.built_configs("sm90a"))
         forced = {t: graph_us(lambda: pg.grouped_mm(x, pw, offs, config=CFG.format(t)))
                   for t in (8, 16, 32, 64) if CFG.format(t) in built}
-        for t in (32, 64, 128, 256):
+        for t in (128, 256):
             if TILE.format(t) in built:
                 forced[f"tile{t}"] = graph_us(lambda: pg.grouped_mm(x, pw, offs, config=TILE.format(t)))
         auto = graph_us(lambda: pg.grouped_mm(x, pw, offs))
