@@ -248,9 +248,10 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
   }
   // Scales in the kernel's orientation (a swap-AB kernel's row scale is the weight's). MX: the
   // blocked layout, except what the decode GEMV reads as it comes (the activations' plain rows).
-  // The bf16 route's pre-pass reads them either way too.
+  // The bf16 route's pre-pass reads them either way too, and a grouped kernel's pass copies them
+  // per expert (SM100: into band-aligned blocked scales).
   // Weight-only MX (bf16 activations) has no activation scales: scale_a is undefined.
-  bool const plain_a = (e.geometry.style == KernelStyle::Gemv || e.route == MxRoute::Bf16) &&
+  bool const plain_a = (e.geometry.style == KernelStyle::Gemv || e.route == MxRoute::Bf16 || e.geometry.grouped) &&
                        in.layouts.a == ScaleLayout::Plain && in.scale_a.defined();
   at::Tensor sa = in.scale_a, sb = in.scale_b;
   if (mx) {
@@ -293,8 +294,8 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
   at::Tensor const& sy = e.swap_ab ? sa : sb;
   if (sx.defined()) args.scale_a = sx.data_ptr();
   if (sy.defined()) args.scale_b = sy.data_ptr();
-  if (plain_a)  // the activations' plain e8m0 rows, in place
-    args.ld_scale_b = sa.size(0) > 1 ? sa.stride(0) : std::max<int64_t>(1, sa.size(1));
+  if (plain_a)  // the activations' plain e8m0 rows, in place (the kernel's B scales when swap-AB)
+    (e.swap_ab ? args.ld_scale_b : args.ld_scale_a) = sa.size(0) > 1 ? sa.stride(0) : std::max<int64_t>(1, sa.size(1));
   if (in.groups) {
     args.groups = int32_t(in.groups->count);
     args.group_rows = in.groups->rows.data_ptr<int32_t>();

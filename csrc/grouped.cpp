@@ -8,7 +8,8 @@
 // Formats, by dtype: bf16/fp16 a x b (E, K, N) of a's dtype; bf16/fp16 a x an MX stack (weight-only
 // MXFP8 / MXFP4: b (E, K, N) e4m3 or (E, K/2, N) packed e2m1, the (K, N) column-major views of
 // prepare_weight's rows, scale_b (E, S) its blocked e8m0 scales); e4m3 a with scale_a (rows, K/32)
-// plain e8m0 x an MX stack (MXFP8, FP8 x FP4). bias (E, N) of the output dtype.
+// plain e8m0 x an MX stack (MXFP8, FP8 x FP4). bias (E, N) of the output dtype. Kernels: SM90, every
+// format but 16-bit; SM100, MXFP8 (its grouped kernel; compiled, not run here).
 //
 // offs is read on the device only. On the CPU it is checked eagerly; on a GPU the kernel checks it
 // (a message and a failed launch); the GPU reference, where it runs, by torch._assert_async.
@@ -232,13 +233,17 @@ at::Tensor grouped_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor 
   DType const a_dtype = g.format == Format::Mx ? DType::E4M3 : a.scalar_type() == at::kHalf ? DType::FP16 : DType::BF16;
   Request req = request_for(p, a_dtype, g.e2m1 ? DType::E2M1 : DType::E4M3, ScaleMode::Block32, config);
   req.groups = int32_t(std::min<int64_t>(g.groups, scheduler::kMaxGroups + 1));
-  bool const kernels = mod.table->sm_major == 9 && g.groups <= scheduler::kMaxGroups;
-  // The grouped kernels: Hopper, up to kMaxGroups experts, bf16 (weight-only) or e4m3
-  // activations. Anything else runs the exact reference (fp16 activations, as weight_only_mm does;
-  // a GPU without grouped kernels), a forced config refuses.
+  // The grouped kernels: Hopper (bf16 (weight-only) or e4m3 activations) and Blackwell (MXFP8:
+  // e4m3 activations and weights; compiled, not run here), up to kMaxGroups experts. Anything else
+  // runs the exact reference (fp16 activations, as weight_only_mm does; a GPU without grouped
+  // kernels), a forced config refuses.
+  bool const arch_has = mod.table->sm_major == 9 ||
+                        (mod.table->sm_major == 10 && g.format == Format::Mx && !g.e2m1);
+  bool const kernels = arch_has && g.groups <= scheduler::kMaxGroups;
   if (self_check::use_fallback(mod) || !kernels || (!config && !has_candidate(*mod.table, req))) {
     TORCH_CHECK_VALUE(!config, msg(kOp, ": config '", std::string(config->data(), config->size()), "' cannot run "
-                      "here: the grouped kernels are Hopper-only and take at most ", scheduler::kMaxGroups, " experts"));
+                      "here: the grouped kernels are Hopper's (every MX format) and Blackwell's (MXFP8), and take "
+                      "at most ", scheduler::kMaxGroups, " experts"));
     return reference(g, a, b, offs, scale_a, scale_b, bias);
   }
   // The weight as the kernel reads it: the first expert's (N, K) rows, the others a fixed stride

@@ -46,7 +46,7 @@ struct Kernel {
   bool (*can)(GemmArgs const&);
   size_t (*ws)(GemmArgs const&);
   int a_bits, b_bits, d_bytes;  // the kernel's A and B element bits (its A is the weight when swap-AB), D bytes
-  bool a_k_major, b_k_major, tma_store, swap_ab, mx, plain_b_scales, sm100, e2m1, gemv, grouped;
+  bool a_k_major, b_k_major, tma_store, swap_ab, mx, plain_act_scales, sm100, e2m1, gemv, grouped;
   persistent_gemm::ScaleMode scale;
 };
 int64_t round16(int64_t elems, int bits) {  // elements: a row of `elems`, rounded up to 16 bytes
@@ -92,13 +92,15 @@ ${table}  };
       }
       // Weight-only MX (bf16 activations, swap-AB: the kernel's B) has no activation scales.
       if (e.mx && e.b_bits == 16) g.scale_b = nullptr;
-      if (e.plain_b_scales && g.scale_b) g.ld_scale_b = (K0 + 31) / 32;
+      // The activations' plain e8m0 rows (the kernel's B scales when swap-AB, else its A's).
+      if (e.plain_act_scales && e.swap_ab && g.scale_b) g.ld_scale_b = (K0 + 31) / 32;
+      if (e.plain_act_scales && !e.swap_ab && g.scale_a) g.ld_scale_a = (K0 + 31) / 32;
       // Grouped (grouped_mm): 4 experts' weights a whole (N, K) apart (the MX weight's lda counts
       // bytes), their blocked scales back to back, offs on the device.
       if (e.grouped) {
         g.groups = 4;
         g.group_rows = reinterpret_cast<int32_t const*>(uintptr_t(13) << 20);
-        g.group_stride_a = g.lda * g.m;
+        g.group_stride_a = e.swap_ab ? g.lda * g.m : g.ldb * g.n;  // the weight: the kernel's A when swap-AB
         g.group_stride_scale_a = 512 * ((N + 127) / 128) * ((K0 / 32 + 3) / 4);
       }
       g.sm_count = e.sm100 ? 148 : 132;
@@ -135,6 +137,8 @@ def _valid(cfg, m, n, k) -> bool:
     """Whether the op (and the dispatcher, for this forced config) accepts the shape at all."""
     if cfg.dtype in E2M1_DTYPES and k % 32:
         return False  # fp8_fp4_mm's and weight_only_mm's rule for packed e2m1
+    if cfg.schedule.grouped and k % 32:
+        return False  # grouped_mm's rule: every grouped kernel takes MX weights, in whole 1x32 blocks
     if cfg.kernel == "gemv":  # tokens on its n8 tiles (grouped: any, in items); whole 1x32 blocks
         return (cfg.schedule.grouped or m <= cfg.tile[1]) and k % 32 == 0
     return True
@@ -162,7 +166,7 @@ def _probe_sources(arch: str) -> tuple[dict, list]:
             if c.swap_ab:
                 a, b = b, a
             mx = v.scale == "block"
-            plain = mx and (c.kernel == "gemv" or c.route == "bf16")
+            plain = mx and (c.kernel == "gemv" or c.route == "bf16" or c.schedule.grouped)
             scale = {"none": "None", "tensor": "Tensorwise", "row": "Rowwise", "block": "Block32"}[v.scale]
             rows.append(f'    {{"{c.name}__{v.suffix}", &can_{kid}, &ws_{kid}, {a}, {b}, {ELEMENTS[v.out].bits // 8}, '
                         f"{str(v.a_k_major).lower()}, {str(v.b_k_major).lower()}, {str(v.tma_store).lower()}, "

@@ -151,12 +151,22 @@ def test_grouped_config_names():
     tiles = [c for c in grouped if c.kernel != "gemv"]
     assert {c.dtype for c in gemv} == {c.dtype for c in tiles} == families
     assert all("_grouped_gemv_" in c.name for c in gemv)
-    for c in tiles:  # the prefill tiles: the sm90a bf16 route, one name, buildable
-        assert c.route == "bf16" and c.swap_ab and c.arch == "sm90a" and c.kernel_rejection() is None
+    sm90 = [c for c in tiles if c.arch == "sm90a"]
+    assert {c.dtype for c in sm90} == families
+    for c in sm90:  # the prefill tiles: the sm90a bf16 route, one name, buildable
+        assert c.route == "bf16" and c.swap_ab and c.kernel_rejection() is None
         assert "_grouped_coop_" in c.name and pg.KernelConfig.from_name(c.name) == c
+    # SM100: the grouped MXFP8 kernel (1-SM, 1x1 clusters; compiled, not run here).
+    sm100 = [c for c in tiles if c.arch == "sm100a"]
+    assert [c.dtype for c in sm100] == ["mxfp8"] and all(not c.swap_ab and c.kernel == "1sm" for c in sm100)
+    assert all(c.kernel_rejection() is None and pg.KernelConfig.from_name(c.name) == c for c in sm100)
     tile = pg.KernelConfig(tile=(128, 256, 64), schedule=pg.TileSchedule(grouped=True))  # walkable, not built
-    assert "the grouped kernels are the decode GEMV and the sm90a MX bf16 route" in tile.kernel_rejection()
+    assert "the grouped kernels are the decode GEMV, the sm90a MX bf16 route and the sm100a MXFP8" in \
+        tile.kernel_rejection()
     assert pg.KernelConfig.from_name(tile.name) == tile
+    two_sm = pg.KernelConfig(tile=(256, 128, 128), schedule=pg.TileSchedule(grouped=True, cluster=(2, 1)),
+                             kernel="2sm", dtype="mxfp8", arch="sm100a")
+    assert "1x1 clusters and 1-SM MMAs" in two_sm.kernel_rejection()
     with pytest.raises(pg.ConfigError, match=r"grouped=True deals whole tiles"):
         pg.KernelConfig(tile=(128, 256, 64), schedule=pg.TileSchedule(grouped=True, split_k=2))
 
@@ -239,6 +249,25 @@ def test_grouped_tile_walk_cpp_matches_python(tmp_path):
             got = [tuple(map(int, line.split())) for line in out.stdout.split("\n") if line]
             assert got == grid.work_order(workers), (which, extents)
             assert sorted(t[2:] for t in got) == sorted(grid.coord(t) for t in range(grid.num_ids))
+
+
+@pytest.mark.parametrize("n,ld,rows", [(5760, 0, [0, 300, 300, 301, 1000]), (2880, 0, [128, 256, 257, 257]),
+                                        (100, 0, [1]), (4096, 0, [0, 0, 0]), (300, 70, [70, 0, 5, 69]),
+                                        (7168, 0, [1, 2, 3, 4, 5, 6, 7, 8])])
+def test_sm100_grouped_bands_agree_with_the_walk(tmp_path, n, ld, rows):
+    """The SM100 grouped kernel's GEMM addresses each (expert, m tile) at the padded band its in /
+    out passes copy that expert's rows to, every band once per N tile, within the host's bound
+    (tests/host/sm100_grouped_bands.cu compiles the kernel's headers for the host)."""
+    from support.host_build import build_host_program
+
+    root = Path(__file__).resolve().parents[1]
+    exe = build_host_program([root / "tests" / "host" / "sm100_grouped_bands.cu"], tmp_path / "bands")
+    total = ld * len(rows) if ld else rows[-1]
+    out = subprocess.run([str(exe), str(n), str(ld), str(total), *map(str, rows)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("ok "), out.stdout + out.stderr
+    counts = rows if ld else [b - a for a, b in zip([0, *rows], rows)]
+    assert int(out.stdout.split()[1]) == sum((c + 127) // 128 for c in counts)
 
 
 def test_grouped_tile_walk_is_each_groups_dense_walk():

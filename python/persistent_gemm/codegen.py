@@ -397,7 +397,8 @@ def kernel_table(arch: str, configs: Sequence[KernelConfig], chosen: Optional[di
                 tma_store=str(v.tma_store).lower(),
                 fast_accum=str(c.accum == "fast").lower(),
                 style=_STYLE_ENUM[c.kernel],
-                fused_bias=str(ARCHS[arch].fused_bias).lower(),
+                # A grouped kernel adds each expert's bias row itself: after it, nothing knows a row's expert.
+                fused_bias=str(ARCHS[arch].fused_bias or c.schedule.grouped).lower(),
                 route=_ROUTE_ENUM[c.route],
                 config=f'"{c.name}"',
                 family=f'"{c.dtype}"',

@@ -113,10 +113,16 @@ class KernelConfig:
         if low is None:
             return f"no kernel lowering exists for {self.arch} {self.dtype}"
         s = self.schedule
-        if s.grouped and self.kernel != "gemv" and not (self.arch == "sm90a" and self.route == "bf16"):
-            return (f"grouped=True: the grouped kernels are the decode GEMV and the sm90a MX bf16 route (not "
-                    f"{self.arch} {self.dtype} {self.kernel}, route {self.route}), so {self.name} cannot be built; "
-                    f"its walk can (persistent_gemm.grouped_walk)")
+        sm100_grouped = self.arch == "sm100a" and self.dtype == "mxfp8"
+        if s.grouped and self.kernel != "gemv" and not (self.arch == "sm90a" and self.route == "bf16") \
+                and not sm100_grouped:
+            return (f"grouped=True: the grouped kernels are the decode GEMV, the sm90a MX bf16 route and the "
+                    f"sm100a MXFP8 kernel (not {self.arch} {self.dtype} {self.kernel}, route {self.route}), so "
+                    f"{self.name} cannot be built; its walk can (persistent_gemm.grouped_walk)")
+        if s.grouped and sm100_grouped and (self.kernel != "1sm" or (s.cluster_m, s.cluster_n) != (1, 1)):
+            # Sm100GemmPersistent's static_assert: a padded band of an expert's rows is one CTA tile.
+            return (f"grouped SM100 kernels run 1x1 clusters and 1-SM MMAs: a padded band is one CTA tile "
+                    f"({self.name} is {self.kernel}, cluster {s.cluster_m}x{s.cluster_n})")
         if (s.split_k > 1 or s.stream_k) and (self.arch != "sm90a" or low.tu != "gemm"):
             what = f"split_k={s.split_k}" if s.split_k > 1 else "stream_k=True"
             return (f"{what}: the K-range reduction is built into the sm90a 16-bit and "

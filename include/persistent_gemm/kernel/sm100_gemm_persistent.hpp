@@ -41,6 +41,15 @@
 //   Hence a schedule model of a 2-SM config must use TileM = MmaM / 2 (e.g. MMA 256x256 ->
 //   scheduler tile 128x256), or its cluster count along M differs from the kernel's.
 //
+// Grouped (ScheduleTag::Grouped; the grouped MXFP8 GEMM, host/sm100_grouped_bands.cuh): the
+// scheduler's grouped walk over the experts' rows (group_m: the activations are A), E problems
+// of L = E. Every CTA's TMEM warp builds the GroupTable in shared memory before the roles start.
+// A tile of expert e, m_idx tiles into its rows, reads A and its scales, and writes D, at the
+// padded band ids_before(e) / tiles_n + m_idx of the band-aligned copies (L coordinate 0), and
+// the weight and its scales at L = e: the mainloop's load_grouped (the only role that addresses
+// memory by the coordinate besides the epilogue). 1x1 clusters and 1-SM MMAs, so a band is one
+// CTA tile and a group's ids are its bands times the N tiles.
+//
 // Tail CTAs (valid && !in_bounds): they run the full pipeline like any CTA. Their TMA loads
 // are out of bounds (zero fill, full transaction bytes), their MMAs compute zeros, their TMA
 // stores are clipped. They must not skip: they take part in A/B multicasts of their cluster,
@@ -129,6 +138,11 @@ class Sm100GemmPersistent {
                 "mainloop cluster shape and schedule tag disagree");
   static_assert(ClusterM % kCtasPerMma == 0, "2-SM MMA pairs CTAs along M: cluster_m must be even");
 
+  static constexpr bool kGrouped = ScheduleTag::Grouped;
+  static_assert(!kGrouped || (ClusterSize == 1 && kCtasPerMma == 1),
+                "grouped SM100 kernels run 1x1 clusters and 1-SM MMAs: a padded band is one CTA tile "
+                "(KernelConfig.kernel_rejection says the same)");
+
   static constexpr int CtaM = cute::size<0>(CtaShape_MNK{});
   static constexpr int CtaN = cute::size<1>(CtaShape_MNK{});
   static constexpr int TileK = cute::size<2>(TileShape{});
@@ -180,6 +194,9 @@ class Sm100GemmPersistent {
     // cta_group::2 allocation requires.
     alignas(16) uint32_t tmem_base_ptr;
 
+    // Grouped: the experts' rows and tile ids (scheduler/grouped_rows.hpp).
+    cute::conditional_t<kGrouped, scheduler::GroupTable, cute::tuple<>> groups;
+
     struct TensorStorage : cute::aligned_struct<128, cute::_1> {
       typename CollectiveEpilogue::TensorStorage epilogue;
       typename CollectiveMainloop::TensorStorage mainloop;
@@ -197,6 +214,7 @@ class Sm100GemmPersistent {
     EpilogueArguments epilogue{};
     int sm_count = 0;     // multiprocessors of the device
     int max_workers = 0;  // clusters on the clock; 0: sm_count / cluster size
+    scheduler::GroupRows group_rows{};  // grouped: the experts' rows (problem M is the padded bands)
   };
 
   struct Params {
@@ -215,7 +233,9 @@ class Sm100GemmPersistent {
   // (issue 25: CUTLASS's extent checks refused them at launch, after our rules accepted them).
   static bool can_implement(Arguments const& args) {
     auto const [M, N, K, L] = args.problem_shape;
-    return M >= 1 && N >= 1 && K >= 1 && L >= 1 && (args.sm_count >= 1 || args.max_workers >= 1);
+    bool const grouped_ok = !kGrouped || (args.group_rows.rows && args.group_rows.groups == L &&
+                                          args.group_rows.groups <= scheduler::kMaxGroups);
+    return M >= 1 && N >= 1 && K >= 1 && L >= 1 && grouped_ok && (args.sm_count >= 1 || args.max_workers >= 1);
   }
 
   static Params to_underlying_arguments(Arguments const& args) {
@@ -224,6 +244,12 @@ class Sm100GemmPersistent {
     sched_args.m = M;
     sched_args.n = N;
     sched_args.l = L;
+    if constexpr (kGrouped) {  // the clock runs over the experts' rows; L and M describe the copies
+      sched_args.m = args.group_rows.total;
+      sched_args.l = 1;
+      sched_args.group_rows = args.group_rows;
+      sched_args.group_m = true;
+    }
     sched_args.k_tiles = (K + TileK - 1) / TileK;  // the clock's K ranges (split-K / stream-K) need it
     sched_args.max_workers = args.max_workers;
     return {args.problem_shape,
@@ -238,6 +264,16 @@ class Sm100GemmPersistent {
   static dim3 get_cluster_shape() { return dim3(ClusterM, ClusterN, 1); }
 
   // ---------------------------------------------------------------------------- device ---
+  // Grouped: the padded band of a tile's rows (the copies' M tile; see the header comment).
+  CUTLASS_DEVICE static int32_t band_of(Params const& params, TileScheduler const& sched, WorkTileInfo const& w) {
+    return sched.ids_before(w.l_idx) / params.scheduler.tiles_n + w.m_idx;
+  }
+  // The (m, n, k, l) the MMA and the epilogue address a tile by: D's tile, at L 0 when grouped.
+  CUTLASS_DEVICE static auto tile_coord(Params const& params, TileScheduler const& sched, WorkTileInfo const& w) {
+    if constexpr (kGrouped) return cute::make_coord(band_of(params, sched, w), w.n_idx, cute::_, 0);
+    else return cute::make_coord(w.m_idx, w.n_idx, cute::_, w.l_idx);
+  }
+
   CUTLASS_DEVICE void operator()(Params const& params, char* smem_buf) {
 #if defined(__CUDA_ARCH__) && !defined(CUTLASS_ARCH_TCGEN_ENABLED)
     // Built for an arch without tcgen05 (e.g. a non-'a' target): never launched there.
@@ -310,6 +346,13 @@ class Sm100GemmPersistent {
       shared.pipelines.tmem_dealloc.init(kCtasPerMma * NumEpilogueThreads);
     }
     cutlass::arch::fence_barrier_init();
+    // Grouped: the table every role's scheduler reads, complete at the sync below. Malformed
+    // offs were reported by the in pass; here they are only clamped.
+    scheduler::GroupTable const* groups = nullptr;
+    if constexpr (kGrouped) {
+      if (is_tmem) TileScheduler::build_groups(params.scheduler, shared.groups, int(threadIdx.x % 32));
+      groups = &shared.groups;
+    }
 
     // Every barrier of the cluster is initialised before any CTA arrives on a remote one.
     if constexpr (ClusterSize > 1) {
@@ -329,15 +372,21 @@ class Sm100GemmPersistent {
 
     if (is_producer) {
       // ---------------------------------------------------------------- TMA producer ---
-      TileScheduler sched(params.scheduler);
+      TileScheduler sched(params.scheduler, groups);
       auto load_inputs = collective_mainloop.load_init(problem_shape_MNKL, shared.tensors.mainloop);
       MainloopPipelineState state = cutlass::make_producer_start_state<MainloopPipeline>();
       for (WorkTileInfo w = sched.initial_work(); w.is_valid(); w = sched.next_work(w)) {
-        auto coord = make_coord(w.m_idx, w.n_idx, _, w.l_idx);
         auto k_iter = cute::make_coord_iterator(k_tiles);
-        auto [next_state, next_iter] =
-            collective_mainloop.load(mainloop_pipeline, state, load_inputs, coord, k_iter, k_tiles);
-        state = next_state;
+        if constexpr (kGrouped) {
+          auto [next_state, next_iter] = collective_mainloop.load_grouped(
+              mainloop_pipeline, state, load_inputs, band_of(params, sched, w), w.n_idx, w.l_idx, k_iter, k_tiles);
+          state = next_state;
+        } else {
+          auto coord = make_coord(w.m_idx, w.n_idx, _, w.l_idx);
+          auto [next_state, next_iter] =
+              collective_mainloop.load(mainloop_pipeline, state, load_inputs, coord, k_iter, k_tiles);
+          state = next_state;
+        }
       }
       // Wait until the consumers released every stage: no multicast write or remote arrive
       // aimed at this CTA is still in flight when it reaches the exit barrier.
@@ -350,11 +399,11 @@ class Sm100GemmPersistent {
       auto mma_inputs = collective_mainloop.mma_init(tmem_storage, shared.tensors.mainloop);
 
       if (is_mma_leader_cta) {  // the 2-SM peer's MMA warp has nothing to issue
-        TileScheduler sched(params.scheduler);
+        TileScheduler sched(params.scheduler, groups);
         MainloopPipelineState ml_state;
         AccumulatorPipelineState acc_state = cutlass::make_producer_start_state<AccumulatorPipeline>();
         for (WorkTileInfo w = sched.initial_work(); w.is_valid(); w = sched.next_work(w)) {
-          auto coord = make_coord(w.m_idx, w.n_idx, _, w.l_idx);
+          auto coord = tile_coord(params, sched, w);
           // mma() acquires the accumulator buffer (waits for the epilogue to drain it),
           // zero-initialises it with the first k-block and consumes k_tiles smem stages.
           ml_state = collective_mainloop.mma(
@@ -386,13 +435,13 @@ class Sm100GemmPersistent {
       detail::tcgen05_after_thread_sync();
       collective_mainloop.set_tmem_offsets(tmem_storage, shared.tmem_base_ptr);
 
-      TileScheduler sched(params.scheduler);
+      TileScheduler sched(params.scheduler, groups);
       EpiLoadPipelineState load_state;
       EpiStorePipelineState store_state = cutlass::make_producer_start_state<EpiStorePipeline>();
       AccumulatorPipelineState acc_state;
       bool stored = false;
       for (WorkTileInfo w = sched.initial_work(); w.is_valid(); w = sched.next_work(w)) {
-        auto coord = make_coord(w.m_idx, w.n_idx, _, w.l_idx);
+        auto coord = tile_coord(params, sched, w);
         auto accumulator = get<0>(collective_mainloop.slice_accumulator(tmem_storage, acc_state.index()));
         // store() waits for the accumulator, releases it right after its last tcgen05.ld
         // (so the MMA of the next-but-one tile may start), then converts and TMA-stores.
