@@ -15,7 +15,8 @@
 #include "persistent_gemm/scheduler/tile_scheduler.hpp"
 
 namespace ps = persistent_gemm::scheduler;
-using Sched = ps::PersistentTileScheduler<ps::PersistentSchedule<8, 1, 1, ps::Raster::Row, 1, false, true, true>, 128, 128>;
+using Sched = ps::PersistentTileScheduler<ps::PersistentSchedule<8, 1, 1, ps::Raster::Row, 1, false, true, true>, 128, 128,
+                                           /*GroupM=*/true>;
 
 int main(int argc, char** argv) {
   if (argc < 5) return 2;

@@ -42,7 +42,7 @@
 //   scheduler tile 128x256), or its cluster count along M differs from the kernel's.
 //
 // Grouped (ScheduleTag::Grouped; the grouped MXFP8 GEMM, host/sm100_grouped_bands.cuh): the
-// scheduler's grouped walk over the experts' rows (group_m: the activations are A), E problems
+// scheduler's grouped walk over the experts' rows (GroupM: the activations are A), E problems
 // of L = E. Every CTA's TMEM warp builds the GroupTable in shared memory before the roles start.
 // A tile of expert e, m_idx tiles into its rows, reads A and its scales, and writes D, at the
 // padded band ids_before(e) / tiles_n + m_idx of the band-aligned copies (L coordinate 0), and
@@ -147,8 +147,10 @@ class Sm100GemmPersistent {
   static constexpr int CtaN = cute::size<1>(CtaShape_MNK{});
   static constexpr int TileK = cute::size<2>(TileShape{});
 
-  // Our scheduler, in per-CTA tiles (see the header comment on m_idx).
-  using TileScheduler = typename scheduler::TileSchedulerSelector<ScheduleTag, CtaM, CtaN>::type;
+  // Our scheduler, in per-CTA tiles (see the header comment on m_idx); grouped, over the experts' M.
+  using TileScheduler =
+      cute::conditional_t<kGrouped, scheduler::PersistentTileScheduler<ScheduleTag, CtaM, CtaN, /*GroupM=*/true>,
+                          typename scheduler::TileSchedulerSelector<ScheduleTag, CtaM, CtaN>::type>;
   using SchedulerParams = typename TileScheduler::Params;
   using WorkTileInfo = scheduler::WorkTileInfo;
 
@@ -248,7 +250,6 @@ class Sm100GemmPersistent {
       sched_args.m = args.group_rows.total;
       sched_args.l = 1;
       sched_args.group_rows = args.group_rows;
-      sched_args.group_m = true;
     }
     sched_args.k_tiles = (K + TileK - 1) / TileK;  // the clock's K ranges (split-K / stream-K) need it
     sched_args.max_workers = args.max_workers;

@@ -26,7 +26,7 @@
 //
 // Grouped (Grouped = true, MoE experts): E problems sharing one extent and K, the other extent
 // of group e (its activation rows) known on the device only: N for the swap-AB kernels (SM90,
-// the weight rows are M), M for the SM100 grouped kernel (group_m). Every CTA builds the same table
+// the weight rows are M), M for the SM100 grouped kernel (GroupM). Every CTA builds the same table
 // of the groups' rows and tile ids (GroupTable, from offs) in shared memory before its roles
 // start, and the clock runs over the groups' ids in order (grouped_work_at).
 #pragma once
@@ -153,25 +153,26 @@ struct StreamKParams<true> {
   int64_t sk_iters = 0;
 };
 
-// The grouped walk's part of the Params: where the groups' rows are, the extent they share (the
-// kernel's M; its N with group_m), and which extent the rows are. Empty otherwise.
+// The grouped walk's part of the Params: where the groups' rows are, and the extent they share
+// (the kernel's M; its N with GroupM). Empty otherwise.
 template <bool Grouped>
 struct GroupedParams {};
 template <>
 struct GroupedParams<true> {
   GroupRows group_rows{};
   int32_t shared_extent = 0;
-  bool group_m = false;  // the groups' rows are the kernel's M (SM100, A = activations), else its N
 };
 
 // The rows of D a grouped tile writes: its group's, [row_begin, row_end) of the activations.
-// The tile's n_idx (m_idx with group_m) counts tiles from row_begin.
+// The tile's n_idx (m_idx with GroupM) counts tiles from row_begin.
 struct GroupedTile {
   int32_t group = 0, row_begin = 0, row_end = 0;
 };
 
 // ------------------------------------------------------------------------------- class ---
-template <class Schedule, int TileM, int TileN>
+// GroupM (grouped only): the groups' rows are the kernel's M (SM100: the activations are A), else
+// its N (the swap-AB SM90 kernels: the weight rows are M).
+template <class Schedule, int TileM, int TileN, bool GroupM = false>
 class PersistentTileScheduler {
  public:
   static constexpr int Swizzle = Schedule::Swizzle;
@@ -189,8 +190,7 @@ class PersistentTileScheduler {
     int m = 1, n = 1, l = 1;
     int k_tiles = 1;      // K-tiles of the problem: the K ranges of work units split this
     int max_workers = 0;  // 0: as many clusters as fit on the GPU
-    GroupRows group_rows{};  // Grouped: the groups' rows (n is then all of them; m with group_m)
-    bool group_m = false;    // Grouped: the rows are the kernel's M (the activations are its A)
+    GroupRows group_rows{};  // Grouped: the groups' rows (n is then all of them; m with GroupM)
   };
 
   // Everything the clock needs, divisors precomputed on the host. "major" is the dimension
@@ -239,14 +239,13 @@ class PersistentTileScheduler {
     p.num_workers = workers;
     if constexpr (Grouped) {
       // The launch is sized before the rows are known: each group's ids are at most its whole
-      // clusters plus one partial column (row with group_m), so Mc * (Nc + E) (Nc * (Mc + E))
+      // clusters plus one partial column (row with GroupM), so Mc * (Nc + E) (Nc * (Mc + E))
       // bounds them all. Without groups (the host walks of the parity tests) the map is the dense one.
       p.group_rows = args.group_rows;
-      p.group_m = args.group_m;
-      p.shared_extent = args.group_m ? args.n : args.m;
+      p.shared_extent = GroupM ? args.n : args.m;
       int32_t const groups = args.group_rows.groups;
       if (groups > 0)
-        p.num_ids = args.group_m ? p.clusters_n * (p.clusters_m + groups) : p.clusters_m * (p.clusters_n + groups);
+        p.num_ids = GroupM ? p.clusters_n * (p.clusters_m + groups) : p.clusters_m * (p.clusters_n + groups);
     }
     if constexpr (StreamK) {
       StreamKSplit const sk = stream_k_split(p.num_ids, p.k_tiles, workers);
@@ -413,8 +412,7 @@ class PersistentTileScheduler {
   CUTLASS_DEVICE static void build_groups(Params const& params, GroupTable& table, int lane) {
     static_assert(Grouped, "build_groups: only a grouped schedule has groups");
     int32_t const other = params.shared_extent;
-    bool const group_m = params.group_m;
-    table.build(params.group_rows, [=](int32_t rows) { return group_ids(rows, other, group_m); }, lane);
+    table.build(params.group_rows, [other](int32_t rows) { return group_ids(rows, other, GroupM); }, lane);
   }
 
   CUTLASS_DEVICE WorkTileInfo initial_work() const {
@@ -432,7 +430,7 @@ class PersistentTileScheduler {
     return {w.l_idx, groups_->row_begin[w.l_idx], groups_->row_end[w.l_idx]};
   }
 
-  // The ids before group e: with group_m and 1x1 clusters, its tiles of M before it times the
+  // The ids before group e: with GroupM and 1x1 clusters, its tiles of M before it times the
   // tiles of N (the SM100 grouped kernel's padded band of the group's first rows).
   CUTLASS_DEVICE int32_t ids_before(int32_t e) const { return groups_->item_begin[e]; }
 
@@ -443,8 +441,7 @@ class PersistentTileScheduler {
   CUTLASS_DEVICE WorkTileInfo grouped_at(int32_t tile_id) const {
     GroupTable const* t = groups_;
     return grouped_work_at(t->item_begin, [t](int32_t e) { return t->row_end[e] - t->row_begin[e]; },
-                           params_.group_rows.groups, params_.shared_extent, params_.group_m, tile_id, rank_m_,
-                           rank_n_);
+                           params_.group_rows.groups, params_.shared_extent, GroupM, tile_id, rank_m_, rank_n_);
   }
 
   Params params_;
