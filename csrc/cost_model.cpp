@@ -114,6 +114,26 @@ constexpr double kBf16RoutePrepassFixedUs = 3.0;
 Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, bool pad_m, bool promoted_fp8,
                   bool block_scaled, bool folded) {
   using namespace model;
+  if (g.grouped && r.groups > 0) {
+    // Grouped with the experts' rows on M (SM100 MXFP8): each touched expert's rows in whole
+    // bands of tile_m (rows spread evenly over min(E, rows) experts, an expert's last band half
+    // empty on average) as one problem, the other touched experts' weights read, and the passes
+    // around it: the activations and scales copied, fp32 D written and read back, D written.
+    double const touched = std::min<double>(r.groups, double(r.m));
+    double const bands = std::max(1.0, double(r.m) / touched / g.tile_m + 0.5);
+    Request stacked = r;
+    stacked.groups = 0;
+    stacked.m = std::max<int64_t>(1, int64_t(std::ceil(touched * bands))) * g.tile_m;
+    KernelGeometry dense = g;
+    dense.grouped = false;
+    Estimate e = estimate(stacked, dense, c, /*pad_m=*/false, promoted_fp8, block_scaled, folded);
+    double const weight_us = (touched - 1.0) * double(r.n) * r.k * bytes_of(r.b) / c.dram_bytes_per_us;
+    double const pass_us = (2.0 * r.m * (r.k * bytes_of(r.a) + cdiv(r.k, 32)) + 4.0 * double(stacked.m) * r.n +
+                            double(r.m) * r.n * bytes_of(r.d)) / c.dram_bytes_per_us;
+    e.dram_us += weight_us + pass_us;
+    e.us += weight_us + pass_us + 2.0 * c.launch_us;
+    return e;
+  }
   bool const mx_alu = block_scaled && c.mx_scales_in_alu;
   Estimate e;
   double const ea = bytes_of(r.a), eb = bytes_of(r.b), ed = bytes_of(r.d);
