@@ -290,9 +290,13 @@ std::string route_text(KernelEntry const& e, Request const& r, ArchCost const& c
   if (e.geometry.grouped && e.geometry.style == KernelStyle::Gemv)
     t += ", grouped: each expert's rows cut into items of up to " + std::to_string(e.geometry.tile_n) +
          " from offs on the device, only the experts with rows streamed";
-  else if (e.geometry.grouped)
+  else if (e.geometry.grouped && e.swap_ab)
     t += ", grouped: (expert, tile) ids decided from offs on the device, each expert's tiles over its own rows "
          "(none padded to another's, none straddling two)";
+  else if (e.geometry.grouped)
+    t += ", grouped: (expert, tile) ids decided from offs on the device over copies of each expert's rows "
+         "from a 128-row band boundary (block-scaled tcgen05 reads scales by band), fp32 D, an out pass adds "
+         "the expert's bias";
   if (e.geometry.style == KernelStyle::Gemv)
     t += std::string(", decode GEMV: mma.sync per 32-K block over 128-row weight strips, stream-K across SMs with "
                      "a fixed-order reduction of shared strips") +

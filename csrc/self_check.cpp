@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
 #include "checks.h"
@@ -159,6 +160,42 @@ Outcome run_check(KernelEntry const& e, int device, Shape const& s, bool blocked
     double const floor = e.fast_accum ? 5e-5 * std::sqrt(double(s.k)) : 5e-4;
     return compare(got, scaled_mm_cpu(a, b, sa, sb, out, e.fast_accum, std::nullopt), exact, floor, s);
   }
+  if (e.geometry.grouped) {
+    // Grouped (MoE experts; MXFP8, the only grouped kernel of a table never run on hardware): the
+    // shape's rows over four experts -- about half, none, one row, the rest (past a 128-row band
+    // when the shape has them) -- through grouped_mm with offs on the device, a bias per expert.
+    TORCH_CHECK(e.a_dtype == DType::E4M3 && e.b_dtype == DType::E4M3,
+                "persistent_gemm: the self-check has grouped problems for MXFP8 kernels only, not ", e.config);
+    std::vector<int64_t> const counts{s.m / 2, 0, 1, s.m - s.m / 2 - 1};
+    int64_t const groups = int64_t(counts.size());
+    auto a = randn(s.m, s.k).mul(4).to(at::kFloat8_e4m3fn);
+    auto const as = codes(s.m, s.k, /*nan_row0=*/true);
+    std::vector<at::Tensor> ws, bss, blocked_bs;
+    for (int64_t g = 0; g < groups; ++g) {
+      ws.push_back(randn(s.n, s.k).mul(4).to(at::kFloat8_e4m3fn));  // (N, K) rows
+      bss.push_back(codes(s.n, s.k, /*nan_row0=*/false));
+      blocked_bs.push_back(blocked_scale(bss.back()).reshape({-1}));
+    }
+    auto const b = at::stack(ws).transpose(1, 2);  // (E, K, N): torch._grouped_mm's view of the rows
+    auto const sb = at::stack(blocked_bs);          // (E, S) blocked, one row per expert
+    auto const bias = randn(groups, s.n).to(out);
+    auto const offs = at::cumsum(at::tensor(counts, cpu.dtype(at::kLong)), 0).to(at::kInt);
+    static auto const op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("persistent_gemm::grouped_mm", "")
+                               .typed<at::Tensor(at::Tensor const&, at::Tensor const&, at::Tensor const&,
+                                                 std::optional<at::Tensor> const&, std::optional<at::Tensor> const&,
+                                                 std::optional<at::Tensor> const&, std::optional<at::ScalarType>,
+                                                 std::optional<c10::string_view>)>();
+    auto got = op.call(on(a), on(b), on(offs), on(as), on(sb), on(bias), out, config);
+    auto peer = op.call(a, b, offs, as, sb, bias, out, std::nullopt);  // the CPU reference
+    auto exact = at::empty({s.m, s.n}, cpu.dtype(at::kDouble));
+    auto const x = mx64(a, as, false);
+    for (int64_t g = 0, row = 0; g < groups; row += counts[g], ++g)
+      if (counts[g] > 0)
+        exact.narrow(0, row, counts[g])
+            .copy_(x.narrow(0, row, counts[g]).mm(mx64(ws[g], bss[g], false).t()) + bias[g].to(at::kDouble));
+    return compare(got, peer, exact, 5e-4, s);
+  }
   bool const e2m1 = e.b_dtype == DType::E2M1;
   at::Tensor w = e2m1 ? at::randint(0, 256, {s.n, s.k / 2}, gen, cpu.dtype(at::kByte)).view(at::kFloat4_e2m1fn_x2)
                       : randn(s.n, s.k).mul(4).to(at::kFloat8_e4m3fn);  // (N, K) rows
@@ -203,6 +240,9 @@ std::vector<CheckShape> check_shapes(KernelEntry const& e) {
   // e4m3 (432 would be refused), 1792 = 3.5 units for e2m1.
   if (g.style == KernelStyle::Gemv)
     return {{std::max<int64_t>(1, g.tile_n - 3), 2 * g.tile_m + 24, k / 32 * 32, 0}};
+  // Grouped (the SM100 MXFP8 kernel; run_check spreads the rows over four experts): whole 1x32
+  // blocks (grouped_mm's rule), the grid's rows and a one-cluster pass as below.
+  if (g.grouped) k = k / 32 * 32;
   std::vector<CheckShape> out{{2 * span + 37, 2 * span + 24, k, 0}};
   // 2. One cluster walks (3 cm + 1) x (2 cn + 1) clusters' tiles (>= 12 per CTA: both accumulator
   //    stages, several times), each over 16 K-tiles plus a partial one: more than any stage count
@@ -316,14 +356,6 @@ Verdict check_in_process(char const* op, std::string const& config, int device) 
 
 void ensure(char const* op, ArchModule const& mod, KernelEntry const& e, int device) {
   if (t_running || !guarded(mod)) return;
-  // The self-check's problems are one GEMM each; a grouped kernel refuses them. Grouped kernels
-  // exist only in tables validated on hardware (their GPU suite is tests/test_gpu_grouped.py), so
-  // PGEMM_SELF_CHECK=all passes them over; an unvalidated one would have nothing to check it.
-  if (e.geometry.grouped) {
-    TORCH_CHECK(mod.table->validated_on_hardware, op, ": ", e.config, " is a grouped kernel of the ",
-                mod.table->arch, " module, which was never run on hardware, and the self-check has no grouped problem");
-    return;
-  }
   if (!mod.table->validated_on_hardware) {
     TORCH_WARN_ONCE("persistent_gemm: the ", mod.table->arch, " kernels are compiled and SASS-checked but have "
                     "not been run on hardware by this project; each one is checked against the reference "

@@ -201,6 +201,17 @@ def test_explain_picks_grouped_kernels_by_rows_per_expert():
         assert "_grouped_coop_" in prefill.config and "(expert, tile) ids" in prefill.log[0], prefill
 
 
+def test_explain_picks_the_sm100_grouped_kernel_for_mxfp8():
+    built = {k["config"] for k in pg._C.built_kernels() if k["arch"] == "sm100a"}
+    if not any("_grouped_" in c for c in built):
+        pytest.skip("no sm100a grouped kernel in this build (PGEMM_KERNELS)")
+    d = pg.explain(4096, 5760, 2880, dtype="mxfp8", groups=32, arch="sm100a")
+    assert d.config == "sm100a_mxfp8_128x128x128_c1x1_sw8_row_grouped_1sm" and "128-row band" in d.log[0], d
+    assert "_grouped_" not in pg.explain(4096, 5760, 2880, dtype="mxfp8", arch="sm100a").config
+    with pytest.raises(ValueError, match="has no variant"):  # FP8 x FP4 has no grouped SM100 kernel
+        pg.explain(4096, 5760, 2880, dtype="e4m3xe2m1", groups=32, arch="sm100a", config=d.config)
+
+
 _WALKS = [(8, 0, [0, 3, 3, 20, 20]), (16, 0, [64, 65]), (64, 0, [0, 0, 5]), (8, 4, [0, 4, 2, 1]), (16, 0, [7])]
 
 

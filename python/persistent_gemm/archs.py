@@ -82,7 +82,8 @@ class ArchSpec:
     part: str                       # the reference part the constants describe
     cost: CostModel
     #: The epilogue adds the ops' bias and alpha / beta in-kernel (KernelEntry::fused_bias); else
-    #: the dispatcher applies them after the kernel, rounding twice.
+    #: the dispatcher applies them after the kernel, rounding twice. Grouped kernels fuse on every
+    #: arch (an expert's bias row: nothing after the kernel knows a row's expert).
     fused_bias: bool
     #: False: this project has compiled the kernels but never run them on such a GPU. The
     #: dispatcher then self-checks each kernel on its first use in a process (csrc/self_check.cpp).
