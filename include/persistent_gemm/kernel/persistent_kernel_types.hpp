@@ -11,6 +11,6 @@
   using CollectiveEpilogue = Epilogue;                                                       \
   using ScheduleTag = Schedule;                                                              \
   using Style = StyleTag;                                                                    \
-  using ProblemShape = cute::Shape<int, int, int, int>; /* (M, N, K, L); L is always 1 */   \
+  using ProblemShape = cute::Shape<int, int, int, int>; /* (M, N, K, L); L: 1, E grouped */ \
   using TileShape = typename CollectiveMainloop::TileShape;                                  \
   using TiledMma = typename CollectiveMainloop::TiledMma

@@ -383,9 +383,8 @@ class Sm100GemmPersistent {
               mainloop_pipeline, state, load_inputs, band_of(params, sched, w), w.n_idx, w.l_idx, k_iter, k_tiles);
           state = next_state;
         } else {
-          auto coord = make_coord(w.m_idx, w.n_idx, _, w.l_idx);
-          auto [next_state, next_iter] =
-              collective_mainloop.load(mainloop_pipeline, state, load_inputs, coord, k_iter, k_tiles);
+          auto [next_state, next_iter] = collective_mainloop.load(mainloop_pipeline, state, load_inputs,
+                                                                  tile_coord(params, sched, w), k_iter, k_tiles);
           state = next_state;
         }
       }
