@@ -239,6 +239,10 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
     // for e2m1 (16U4_ALIGN16B rows), K % 16 for e4m3. Other K runs on zero-padded copies.
     k_run = kernel::sm100_mx::padded_k(p.k, e2m1);
   }
+  // A grouped weight is the experts' stack seen through its first expert's rows: a copy of that
+  // view would drop the others (grouped_mm hands over aligned stacks and whole 1x32 blocks).
+  TORCH_CHECK(!in.groups || (k_run == p.k && !c.copy_b), op, ": internal error: ", e.config,
+              " would copy the first expert's weight only (K = ", p.k, " run as ", k_run, "); please report");
   if (k_run != p.k) {
     in.a = k_padded_copy(in.a, k_run);
     in.w = k_padded_copy(in.w, e2m1 ? k_run / 2 : k_run);

@@ -31,6 +31,9 @@ read -r -a torch_spec <<< "${TORCH_SPEC:-torch}"
 "$PY" -m pip install -q --no-deps nvidia-cutlass==4.2.0.0   # CUTLASS headers only, no CUDA wheels
 echo "   (pip may print an ERROR about nvidia-cutlass's dependencies: expected, only its headers are used)"
 "$PY" -m pip install -q ninja pybind11 setuptools wheel pytest hypothesis matplotlib
+# The optional `models` extra: transformers' MoE modules, which pg.nn.quantize_ swaps (tests/test_moe.py,
+# the demo's MoE table; they skip without it). Pure Python with small wheels; CPU tests ~15 s.
+"$PY" -m pip install -q "transformers>=5"
 
 echo "== build"
 # --no-build-isolation: the extension must compile against the torch installed above (an
