@@ -3,7 +3,7 @@
 # Run from the repository root with the CUTLASS wheel downloaded into .whl/ (docs/benchmarks.md,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
-#   bash benchmarks/gpu_session.sh build|test|grouped|grouped_sanitize|grouped_ncu|sanitize|verify|stream_k|tiles|fitted|ncu_stalls|ncu_pair|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
+#   bash benchmarks/gpu_session.sh build|test|grouped|grouped_owed|grouped_sanitize|grouped_ncu|sanitize|verify|stream_k|tiles|fitted|ncu_stalls|ncu_pair|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
 #
 # A device call brings back only a few files from $OUT: run the steps with OUT=$OUT/r and end the
 # call with `tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r`, or the logs past the first few are lost.
@@ -81,6 +81,27 @@ case "${1:-}" in
     # The grouped kernels MATCH finds (a sanitize_grouped.py --match regex; default all) under
     # TOOLS (default: racecheck synccheck), SAN_TIMEOUT seconds each, logs labelled LABEL.
     sanitize_grouped "${LABEL:-all}" "${MATCH:-}" "${SAN_TIMEOUT:-300}" ${TOOLS:-racecheck synccheck}
+    ;;
+  grouped_owed)
+    # What issue 45 still owes a GPU (docs/design/grouped_moe.md, next step 1), most needed first,
+    # on a build of the grouped kernels, OUT tarred after each part: racecheck and synccheck of the
+    # refactored grouped GEMVs (the 8-token one of each family), the gpt-oss-20b layer rows (needs
+    # transformers' wheels in .whl/tf: the design note says how), moe.csv's 1024 / 4096 rows in
+    # every format, gpt-oss-120b, DeepSeek-like, test_moe's GPU class.
+    [ -d .whl/tf ] && python3 -m pip install -q --no-deps -t /tmp/tfsite .whl/tf/*.whl > "$OUT/tf_install.log" 2>&1
+    sanitize_grouped gemv8 _128x8x "${SAN_TIMEOUT:-75}" racecheck synccheck
+    tar czf "$OUT.part.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")"
+    owed_bench() {  # name timeout bench_moe.py arguments
+      PYTHONPATH=/tmp/tfsite timeout "$2" python3 benchmarks/bench_moe.py --check --eager-tokens 16,1024,4096 \
+        --out "$OUT/moe_$1.csv" "${@:3}" > "$OUT/bench_moe_$1.log" 2>&1
+      echo "bench_moe $1 rc=$?"; tail -3 "$OUT/bench_moe_$1.log"
+      tar czf "$OUT.part.tgz" -C "$(dirname "$OUT")" "$(basename "$OUT")"
+    }
+    owed_bench layer 100 --shapes gpt-oss-20b-layer --tokens 1,16,128
+    owed_bench 20b_big 110 --shapes gpt-oss-20b-up,gpt-oss-20b-down --tokens 1024,4096
+    owed_bench 120b 130 --shapes gpt-oss-120b-up,gpt-oss-120b-down --tokens 1,16,128,1024,4096
+    owed_bench deepseek 200 --shapes deepseek-like-up,deepseek-like-down --tokens 1,16,128,1024,4096
+    PYTHONPATH=/tmp/tfsite pytest_file grouped_ tests/test_moe.py -k TestCuda
     ;;
   grouped_ncu)
     # Where an MoE contender's time goes (profile_moe.py): one launch of each LABELS entry under
@@ -235,7 +256,7 @@ case "${1:-}" in
     grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.log" | head -20
     ;;
   *)
-    echo "usage: $0 build|test|sanitize|verify|closing|accuracy|bench|bench_mx|decode|quant [bench args]" >&2
+    sed -n 6p "$0" | sed "s|^#   bash benchmarks/gpu_session.sh|usage: $0|" >&2  # the header's list of steps
     exit 2
     ;;
 esac
