@@ -58,13 +58,13 @@
 
 #include "persistent_gemm/generated/arch_limits.hpp"
 #include "persistent_gemm/host/sm100_grouped_bands.cuh"
-#include "persistent_gemm/layout/mx_blocked.hpp"
 #include "persistent_gemm/kernel/builder_common.hpp"
 #include "persistent_gemm/kernel/builder_spec.hpp"
 #include "persistent_gemm/kernel/sm100_builder_common.hpp"
 #include "persistent_gemm/kernel/sm100_gemm_persistent.hpp"
 #include "persistent_gemm/kernel/sm100_launch.hpp"
 #include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
+#include "persistent_gemm/layout/mx_blocked.hpp"
 #include "persistent_gemm/registry.h"
 
 namespace persistent_gemm::kernel {
