@@ -9,7 +9,7 @@
 // MXFP8 / MXFP4: b (E, K, N) e4m3 or (E, K/2, N) packed e2m1, the (K, N) column-major views of
 // prepare_weight's rows, scale_b (E, S) its blocked e8m0 scales); e4m3 a with scale_a (rows, K/32)
 // plain e8m0 x an MX stack (MXFP8, FP8 x FP4). bias (E, N) of the output dtype. Kernels: SM90, every
-// format but 16-bit; SM100, MXFP8 (its grouped kernel; compiled, not run here).
+// format but 16-bit; SM100, MXFP8 and FP8 x FP4 (K % 128 == 0) (compiled, not run here).
 //
 // offs is read on the device only. On the CPU it is checked eagerly; on a GPU the kernel checks it
 // (a message and a failed launch); the GPU reference, where it runs, by torch._assert_async.
@@ -22,6 +22,7 @@
 #include "reference.h"
 #include "self_check.h"
 #include "text.h"
+#include "persistent_gemm/kernel/sm100_tile_mapping.hpp"
 #include "persistent_gemm/layout/mx_blocked.hpp"
 #include "persistent_gemm/scheduler/grouped_rows.hpp"
 
@@ -233,17 +234,22 @@ at::Tensor grouped_mm_cuda(at::Tensor const& a, at::Tensor const& b, at::Tensor 
   DType const a_dtype = g.format == Format::Mx ? DType::E4M3 : a.scalar_type() == at::kHalf ? DType::FP16 : DType::BF16;
   Request req = request_for(p, a_dtype, g.e2m1 ? DType::E2M1 : DType::E4M3, ScaleMode::Block32, config);
   req.groups = int32_t(std::min<int64_t>(g.groups, scheduler::kMaxGroups + 1));
-  // The grouped kernels: Hopper (bf16 (weight-only) or e4m3 activations) and Blackwell (MXFP8:
-  // e4m3 activations and weights; compiled, not run here), up to kMaxGroups experts. Anything else
-  // runs the exact reference (fp16 activations, as weight_only_mm does; a GPU without grouped
-  // kernels), a forced config refuses.
+  // The grouped kernels: Hopper (bf16 (weight-only) or e4m3 activations) and Blackwell (e4m3
+  // activations: MXFP8, and FP8 x FP4 where its e2m1 weight meets TMA's rule, K % 128 and 32-byte
+  // rows, which a stack cannot be padded to; compiled, not run here), up to kMaxGroups experts.
+  // Anything else runs the exact reference (fp16 activations, as weight_only_mm does; a GPU
+  // without grouped kernels), a forced config refuses.
+  bool const sm100_e2m1_ok = g.k % kernel::sm100_mx::kFp4KAlign == 0 &&
+                             reinterpret_cast<uintptr_t>(b.data_ptr()) % kernel::sm100_mx::kFp4TmaAlign == 0 &&
+                             b.stride(2) % kernel::sm100_mx::kFp4TmaAlign == 0 &&
+                             (g.groups == 1 || b.stride(0) % kernel::sm100_mx::kFp4TmaAlign == 0);
   bool const arch_has = mod.table->sm_major == 9 ||
-                        (mod.table->sm_major == 10 && g.format == Format::Mx && !g.e2m1);
+                        (mod.table->sm_major == 10 && g.format == Format::Mx && (!g.e2m1 || sm100_e2m1_ok));
   bool const kernels = arch_has && g.groups <= scheduler::kMaxGroups;
   if (self_check::use_fallback(mod) || !kernels || (!config && !has_candidate(*mod.table, req))) {
     TORCH_CHECK_VALUE(!config, msg(kOp, ": config '", std::string(config->data(), config->size()), "' cannot run "
-                      "here: the grouped kernels are Hopper's (every MX format) and Blackwell's (MXFP8), and take "
-                      "at most ", scheduler::kMaxGroups, " experts"));
+                      "here: the grouped kernels are Hopper's (every MX format) and Blackwell's (MXFP8; FP8 x FP4 "
+                      "with K % 128 == 0), and take at most ", scheduler::kMaxGroups, " experts"));
     return reference(g, a, b, offs, scale_a, scale_b, bias);
   }
   // The weight as the kernel reads it: the first expert's (N, K) rows, the others a fixed stride

@@ -161,22 +161,25 @@ Outcome run_check(KernelEntry const& e, int device, Shape const& s, bool blocked
     return compare(got, scaled_mm_cpu(a, b, sa, sb, out, e.fast_accum, std::nullopt), exact, floor, s);
   }
   if (e.geometry.grouped) {
-    // Grouped (MoE experts; MXFP8, the only grouped kernel of a table never run on hardware): the
-    // shape's rows over four experts -- about half, none, one row, the rest (past a 128-row band
-    // when the shape has them) -- through grouped_mm with offs on the device, a bias per expert.
-    TORCH_CHECK(e.a_dtype == DType::E4M3 && e.b_dtype == DType::E4M3,
-                "persistent_gemm: the self-check has grouped problems for MXFP8 kernels only, not ", e.config);
+    // Grouped (MoE experts; the SM100 MXFP8 and FP8 x FP4 kernels, the grouped ones of a table
+    // never run on hardware): the shape's rows over four experts -- about half, none, one row, the
+    // rest (past a 128-row band when the shape has them) -- through grouped_mm with offs on the
+    // device, a bias per expert.
+    TORCH_CHECK(e.a_dtype == DType::E4M3, "persistent_gemm: the self-check's grouped problems have e4m3 "
+                "activations, not ", e.config, "'s");
+    bool const e2m1 = e.b_dtype == DType::E2M1;
     std::vector<int64_t> const counts{s.m / 2, 0, 1, s.m - s.m / 2 - 1};
     int64_t const groups = int64_t(counts.size());
     auto a = randn(s.m, s.k).mul(4).to(at::kFloat8_e4m3fn);
     auto const as = codes(s.m, s.k, /*nan_row0=*/true);
     std::vector<at::Tensor> ws, bss, blocked_bs;
     for (int64_t g = 0; g < groups; ++g) {
-      ws.push_back(randn(s.n, s.k).mul(4).to(at::kFloat8_e4m3fn));  // (N, K) rows
+      ws.push_back(e2m1 ? at::randint(0, 256, {s.n, s.k / 2}, gen, cpu.dtype(at::kByte)).view(at::kFloat4_e2m1fn_x2)
+                        : randn(s.n, s.k).mul(4).to(at::kFloat8_e4m3fn));  // (N, K) rows
       bss.push_back(codes(s.n, s.k, /*nan_row0=*/false));
       blocked_bs.push_back(blocked_scale(bss.back()).reshape({-1}));
     }
-    auto const b = at::stack(ws).transpose(1, 2);  // (E, K, N): torch._grouped_mm's view of the rows
+    auto const b = at::stack(ws).transpose(1, 2);  // (E, K or K/2, N): torch._grouped_mm's view of the rows
     auto const sb = at::stack(blocked_bs);          // (E, S) blocked, one row per expert
     auto const bias = randn(groups, s.n).to(out);
     auto const offs = at::cumsum(at::tensor(counts, cpu.dtype(at::kLong)), 0).to(at::kInt);
@@ -193,7 +196,7 @@ Outcome run_check(KernelEntry const& e, int device, Shape const& s, bool blocked
     for (int64_t g = 0, row = 0; g < groups; row += counts[g], ++g)
       if (counts[g] > 0)
         exact.narrow(0, row, counts[g])
-            .copy_(x.narrow(0, row, counts[g]).mm(mx64(ws[g], bss[g], false).t()) + bias[g].to(at::kDouble));
+            .copy_(x.narrow(0, row, counts[g]).mm(mx64(ws[g], bss[g], e2m1).t()) + bias[g].to(at::kDouble));
     return compare(got, peer, exact, 5e-4, s);
   }
   bool const e2m1 = e.b_dtype == DType::E2M1;
@@ -240,9 +243,14 @@ std::vector<CheckShape> check_shapes(KernelEntry const& e) {
   // e4m3 (432 would be refused), 1792 = 3.5 units for e2m1.
   if (g.style == KernelStyle::Gemv)
     return {{std::max<int64_t>(1, g.tile_n - 3), 2 * g.tile_m + 24, k / 32 * 32, 0}};
-  // Grouped (the SM100 MXFP8 kernel; run_check spreads the rows over four experts): whole 1x32
-  // blocks (grouped_mm's rule), the grid's rows and a one-cluster pass as below.
-  if (g.grouped) k = k / 32 * 32;
+  // Grouped (run_check spreads the rows over four experts): whole 1x32 blocks (grouped_mm's rule);
+  // a tcgen05 (SM100) e2m1 weight whole 128-K tiles too, as a stack is not padded to TMA's rule.
+  bool const tcgen05 = g.style == KernelStyle::Umma1Sm || g.style == KernelStyle::Umma2Sm;
+  auto const grouped_k = [&](int64_t v) {
+    if (!g.grouped) return v;
+    return tcgen05 && e.b_dtype == DType::E2M1 ? (v + g.tile_k - 1) / g.tile_k * g.tile_k : v / 32 * 32;
+  };
+  k = grouped_k(k);
   std::vector<CheckShape> out{{2 * span + 37, 2 * span + 24, k, 0}};
   // 2. One cluster walks (3 cm + 1) x (2 cn + 1) clusters' tiles (>= 12 per CTA: both accumulator
   //    stages, several times), each over 16 K-tiles plus a partial one: more than any stage count
@@ -251,6 +259,7 @@ std::vector<CheckShape> check_shapes(KernelEntry const& e) {
   int64_t const km = (3 * g.cluster_m + 1) * g.tile_m - 5, kn = (2 * g.cluster_n + 1) * g.tile_n - 3;
   int64_t k2 = 16 * g.tile_k + (e.b_dtype == DType::E2M1 || e.scale_mode == ScaleMode::Block32 ? 96 : 40);
   if (e.b_dtype == DType::E2M1) k2 = k2 / 32 * 32;
+  k2 = grouped_k(k2);
   out.push_back({e.swap_ab ? kn : km, e.swap_ab ? km : kn, k2, 1});
   return out;
 }

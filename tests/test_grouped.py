@@ -156,13 +156,14 @@ def test_grouped_config_names():
     for c in sm90:  # the prefill tiles: the sm90a bf16 route, one name, buildable
         assert c.route == "bf16" and c.swap_ab and c.kernel_rejection() is None
         assert "_grouped_coop_" in c.name and pg.KernelConfig.from_name(c.name) == c
-    # SM100: the grouped MXFP8 kernel (1-SM, 1x1 clusters; compiled, not run here).
+    # SM100: the grouped MXFP8 and FP8 x FP4 kernels (1-SM, 1x1 clusters; compiled, not run here).
     sm100 = [c for c in tiles if c.arch == "sm100a"]
-    assert [c.dtype for c in sm100] == ["mxfp8"] and all(not c.swap_ab and c.kernel == "1sm" for c in sm100)
+    assert sorted(c.dtype for c in sm100) == ["e4m3xe2m1", "mxfp8"]
+    assert all(not c.swap_ab and c.kernel == "1sm" and "_grouped_1sm" in c.name for c in sm100)
     assert all(c.kernel_rejection() is None and pg.KernelConfig.from_name(c.name) == c for c in sm100)
     tile = pg.KernelConfig(tile=(128, 256, 64), schedule=pg.TileSchedule(grouped=True))  # walkable, not built
-    assert "the grouped kernels are the decode GEMV, the sm90a MX bf16 route and the sm100a MXFP8" in \
-        tile.kernel_rejection()
+    assert "the grouped kernels are the decode GEMV, the sm90a MX bf16 route and the sm100a MXFP8 / FP8 x FP4" \
+        in tile.kernel_rejection()
     assert pg.KernelConfig.from_name(tile.name) == tile
     two_sm = pg.KernelConfig(tile=(256, 128, 128), schedule=pg.TileSchedule(grouped=True, cluster=(2, 1)),
                              kernel="2sm", dtype="mxfp8", arch="sm100a")
@@ -208,8 +209,11 @@ def test_explain_picks_the_sm100_grouped_kernel_for_mxfp8():
     d = pg.explain(4096, 5760, 2880, dtype="mxfp8", groups=32, arch="sm100a")
     assert d.config == "sm100a_mxfp8_128x128x128_c1x1_sw8_row_grouped_1sm" and "128-row band" in d.log[0], d
     assert "_grouped_" not in pg.explain(4096, 5760, 2880, dtype="mxfp8", arch="sm100a").config
-    with pytest.raises(ValueError, match="has no variant"):  # FP8 x FP4 has no grouped SM100 kernel
+    with pytest.raises(ValueError, match="has no variant"):  # the MXFP8 kernel is not FP8 x FP4's
         pg.explain(4096, 5760, 2880, dtype="e4m3xe2m1", groups=32, arch="sm100a", config=d.config)
+    if any("e4m3xe2m1" in c and "_grouped_" in c for c in built):
+        fp4 = pg.explain(4096, 4096, 7168, dtype="e4m3xe2m1", groups=256, arch="sm100a")
+        assert fp4.config == "sm100a_e4m3xe2m1_128x128x128_c1x1_sw8_row_grouped_1sm", fp4
 
 
 _WALKS = [(8, 0, [0, 3, 3, 20, 20]), (16, 0, [64, 65]), (64, 0, [0, 0, 5]), (8, 4, [0, 4, 2, 1]), (16, 0, [7])]

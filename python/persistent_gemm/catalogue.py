@@ -152,12 +152,14 @@ CATALOGUE: tuple[KernelConfig, ...] = (
     # SM100 MX (tcgen05 block_scale MMAs, kind::mxf8f6f4; compiled and SASS-checked, not run by
     # this project): a 1-SM and a 2-SM tile per family, per-CTA N = 128 (see config_rules._sm100_mx).
     _cfg((128, 128, 128), 8, (1, 1), kernel="1sm", dtype="mxfp8", arch="sm100a"),
-    # Grouped MXFP8 (pg.grouped_mm on SM100; compiled, not run here): the scheduler's grouped walk
-    # over band-aligned copies of the experts' rows (kernel/sm100_mx_gemm_builder.hpp).
-    _cfg((128, 128, 128), 8, (1, 1), kernel="1sm", dtype="mxfp8", arch="sm100a", grouped=True),
     _cfg((256, 128, 128), 8, (2, 1), kernel="2sm", dtype="mxfp8", arch="sm100a"),
     _cfg((128, 128, 128), 8, (1, 1), kernel="1sm", dtype="e4m3xe2m1", arch="sm100a"),
     _cfg((256, 128, 128), 8, (2, 1), kernel="2sm", dtype="e4m3xe2m1", arch="sm100a"),
+    # Grouped MXFP8 and FP8 x FP4 (pg.grouped_mm on SM100; compiled, not run here): the scheduler's
+    # grouped walk over band-aligned copies of the experts' rows (kernel/sm100_mx_gemm_builder.hpp).
+    # After the dense ones: a family's first config carries every output dtype.
+    _cfg((128, 128, 128), 8, (1, 1), kernel="1sm", dtype="mxfp8", arch="sm100a", grouped=True),
+    _cfg((128, 128, 128), 8, (1, 1), kernel="1sm", dtype="e4m3xe2m1", arch="sm100a", grouped=True),
 )
 
 

@@ -113,11 +113,11 @@ class KernelConfig:
         if low is None:
             return f"no kernel lowering exists for {self.arch} {self.dtype}"
         s = self.schedule
-        sm100_grouped = self.arch == "sm100a" and self.dtype == "mxfp8"
+        sm100_grouped = self.arch == "sm100a" and self.dtype in ("mxfp8", "e4m3xe2m1")
         if s.grouped and self.kernel != "gemv" and not (self.arch == "sm90a" and self.route == "bf16") \
                 and not sm100_grouped:
             return (f"grouped=True: the grouped kernels are the decode GEMV, the sm90a MX bf16 route and the "
-                    f"sm100a MXFP8 kernel (not {self.arch} {self.dtype} {self.kernel}, route {self.route}), so "
+                    f"sm100a MXFP8 / FP8 x FP4 kernels (not {self.arch} {self.dtype} {self.kernel}, route {self.route}), so "
                     f"{self.name} cannot be built; its walk can (persistent_gemm.grouped_walk)")
         if s.grouped and sm100_grouped and (self.kernel != "1sm" or (s.cluster_m, s.cluster_n) != (1, 1)):
             # Sm100GemmPersistent's static_assert: a padded band of an expert's rows is one CTA tile.

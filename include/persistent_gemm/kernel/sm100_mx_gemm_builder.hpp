@@ -31,7 +31,7 @@
 //     which our kernel does not implement; 64 and 192 need SFB column shifts per tile parity.
 //   - e2m1 weights: K % 128 == 0 (a TMA 16U4_ALIGN16B row is 64 B); e4m3: K % 16 == 0.
 //
-// Grouped (ScheduleTag::Grouped, pg.grouped_mm's MXFP8 on SM100; compiled, not run here): GemmArgs'
+// Grouped (ScheduleTag::Grouped, pg.grouped_mm's MXFP8 and FP8 x FP4 on SM100; compiled, not run here): GemmArgs'
 // a/m are every expert's activation rows (offs or the masked form's counts in group_rows, read on
 // the device) with plain e8m0 scale_a rows (ld_scale_a), b the experts' stacked weights
 // (group_stride_a bytes apart) and their blocked scales (group_stride_scale_a apart, one expert's
@@ -40,7 +40,9 @@
 // mainloop's load_grouped below) into an fp32 D per padded row, and the out pass (alpha, the
 // expert's bias, one rounding into D); host/sm100_grouped_bands.cuh says why and how. The copies
 // live in GemmArgs::workspace: for R rows over E experts, (ceil(R/128) + min(E, R)) bands of
-// 128 rows x (K bytes + K/32 scales + 4 N bytes).
+// 128 rows x (K bytes + K/32 scales + 4 N bytes). e2m1 weights as the dense kernels take them (K %
+// 128 == 0, 32-byte rows), and the experts 32 bytes apart: the dispatcher cannot pad K through a
+// stack (grouped_mm runs the reference for another K).
 #pragma once
 
 #include <cstdint>
@@ -143,7 +145,6 @@ struct Sm100MxGemm : Sm100Host<Sm100MxGemm<Spec>> {
   static_assert(kE2m1 || std::is_same_v<ElementB, cutlass::float_e4m3_t>, "ElementB: float_e4m3_t or float_e2m1_t");
   static_assert(Stages == 0 || Stages >= 2, "Stages: 0 (auto) or >= 2");
   static constexpr bool kGrouped = ScheduleTag::Grouped;
-  static_assert(!kGrouped || !kE2m1, "the SM100 grouped kernel takes MXFP8 (e4m3) weights so far");
   // Grouped: the kernel writes the fp32 band copy of D; the out pass writes ElementD.
   using ElementKernelD = std::conditional_t<kGrouped, float, ElementD>;
 
@@ -231,8 +232,9 @@ struct Sm100MxGemm : Sm100Host<Sm100MxGemm<Spec>> {
     args.mainloop.ptr_A = reinterpret_cast<ElementA const*>(w.a_pad);
     args.mainloop.dA = sm100_row_stride<typename Strides::A>(g.k, rows);  // L 0 only: its batch stride is nominal
     args.mainloop.ptr_B = static_cast<ElementB const*>(g.b);
-    args.mainloop.dB = sm100_row_stride<typename Strides::B>(g.ldb, g.n);
-    cute::get<2>(args.mainloop.dB) = g.group_stride_a;  // expert e's (N, K) rows (e4m3: bytes are elements)
+    // GemmArgs counts bytes of the packed storage; CUTLASS counts elements.
+    args.mainloop.dB = sm100_row_stride<typename Strides::B>(kE2m1 ? 2 * g.ldb : g.ldb, g.n);
+    cute::get<2>(args.mainloop.dB) = kE2m1 ? 2 * g.group_stride_a : g.group_stride_a;  // expert e's (N, K) rows
     args.mainloop.ptr_SFA = reinterpret_cast<ElementSF const*>(w.sfa_pad);
     args.mainloop.layout_SFA = BlkScaledConfig::tile_atom_to_shape_SFA(problem);
     args.mainloop.ptr_SFB = static_cast<ElementSF const*>(g.scale_b);
@@ -263,9 +265,13 @@ struct Sm100MxGemm : Sm100Host<Sm100MxGemm<Spec>> {
         int64_t(g.groups) * g.group_rows_ld > g.m)
       return false;
     if (!g.a || !g.b || !g.d || !g.scale_a || !g.scale_b) return false;
-    if (!aligned16(g.a) || !aligned16(g.b) || !aligned16(g.scale_b)) return false;
-    if (g.lda < g.k || g.lda % 16 || g.ldb < g.k || g.ldb % 16 || g.ld_scale_a < g.k / 32 || g.ldd < g.n) return false;
-    if (g.groups > 1 && (g.group_stride_a % 16 || g.group_stride_a < int64_t(g.n) * g.ldb ||
+    // The weight by TMA: 16-byte rows and experts (e2m1: 32-byte, and K % 128; sm100_mx's rules).
+    int64_t const w_align = kE2m1 ? sm100_mx::kFp4TmaAlign : 16, w_row = kE2m1 ? g.k / 2 : g.k;
+    if (kE2m1 && g.k % sm100_mx::kFp4KAlign) return false;
+    if (!aligned16(g.a) || reinterpret_cast<uintptr_t>(g.b) % w_align || !aligned16(g.scale_b)) return false;
+    if (g.lda < g.k || g.lda % 16 || g.ldb < w_row || g.ldb % w_align || g.ld_scale_a < g.k / 32 || g.ldd < g.n)
+      return false;
+    if (g.groups > 1 && (g.group_stride_a % w_align || g.group_stride_a < int64_t(g.n) * g.ldb ||
                          g.group_stride_scale_a != mx_blocked::bytes(g.n, g.k / 32)))
       return false;
     if (g.workspace == nullptr || g.workspace_bytes < workspace_bytes(g) || reinterpret_cast<uintptr_t>(g.workspace) % 256)
