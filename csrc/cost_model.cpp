@@ -109,21 +109,32 @@ constexpr double kBf16RouteConvertSlowdown = 1.12;
 constexpr double kBf16RoutePrepassFixedUs = 3.0;
 }  // namespace model
 
+// The grouped estimates' routing: `rows` activation rows spread evenly over min(E, rows) touched
+// experts, each expert's rows in whole tiles of `tile` (its last tile half empty on average),
+// those tiles side by side as one dense extent.
+struct GroupedSpread {
+  double touched;  // experts with rows
+  int64_t rows;    // the tiles' rows, side by side
+};
+GroupedSpread grouped_spread(int64_t groups, int64_t rows, int tile) {
+  double const touched = std::min<double>(groups, double(rows));
+  double const tiles = std::max(1.0, double(rows) / touched / tile + 0.5);
+  return {touched, std::max<int64_t>(1, int64_t(std::ceil(touched * tiles))) * tile};
+}
+
 }  // namespace
 
 Estimate estimate(Request const& r, KernelGeometry const& g, ArchCost const& c, bool pad_m, bool promoted_fp8,
                   bool block_scaled, bool folded) {
   using namespace model;
   if (g.grouped && r.groups > 0) {
-    // Grouped with the experts' rows on M (SM100 MXFP8): each touched expert's rows in whole
-    // bands of tile_m (rows spread evenly over min(E, rows) experts, an expert's last band half
-    // empty on average) as one problem, the other touched experts' weights read, and the passes
-    // around it: the activations and scales copied, fp32 D written and read back, D written.
-    double const touched = std::min<double>(r.groups, double(r.m));
-    double const bands = std::max(1.0, double(r.m) / touched / g.tile_m + 0.5);
+    // Grouped with the experts' rows on M (SM100): each touched expert's rows in whole bands of
+    // tile_m as one problem (grouped_spread), the other touched experts' weights read, and the
+    // passes around it: the activations and scales copied, fp32 D written and read back, D written.
+    auto const [touched, band_rows] = grouped_spread(r.groups, r.m, g.tile_m);
     Request stacked = r;
     stacked.groups = 0;
-    stacked.m = std::max<int64_t>(1, int64_t(std::ceil(touched * bands))) * g.tile_m;
+    stacked.m = band_rows;
     KernelGeometry dense = g;
     dense.grouped = false;
     Estimate e = estimate(stacked, dense, c, /*pad_m=*/false, promoted_fp8, block_scaled, folded);
@@ -216,14 +227,12 @@ Estimate estimate_bf16_route(Request const& r, KernelGeometry const& g, ArchCost
   using namespace model;
   if (g.grouped && r.groups > 0) {
     // Grouped: each touched expert's tiles over its own rows, as one problem of the experts'
-    // token tiles side by side (rows spread evenly over min(E, rows) experts; an expert's last
-    // tile half empty on average), plus the other touched experts' weight reads. Its pre-pass
-    // widens the real rows only, and reads every expert's weight scales.
-    double const touched = std::min<double>(r.groups, double(r.n));
-    double const tiles = std::max(1.0, double(r.n) / touched / g.tile_n + 0.5);
+    // token tiles side by side (grouped_spread), plus the other touched experts' weight reads.
+    // Its pre-pass widens the real rows only, and reads every expert's weight scales.
+    auto const [touched, tile_rows] = grouped_spread(r.groups, r.n, g.tile_n);
     Request stacked = r;
     stacked.groups = 0;
-    stacked.n = std::max<int64_t>(1, int64_t(std::ceil(touched * tiles))) * g.tile_n;
+    stacked.n = tile_rows;
     KernelGeometry dense = g;
     dense.grouped = false;
     Estimate e = estimate_bf16_route(stacked, dense, c);

@@ -165,10 +165,11 @@ def test_sm90a_promoted_fp8_kernels_keep_a_wgmma_in_flight_while_promoting():
 
 
 def test_sm100a_grouped_kernel_and_its_passes():
-    """The SM100 grouped entries (MXFP8, FP8 x FP4; compiled, not run here): each GEMM is the block-scaled tcgen05
-    kernel over our grouped mainloop (Sm100GroupedMxMainloop::load_grouped: TMA loads of A, B and
-    both scale tensors), which builds its expert table with a warp scan (SHFL.UP) before the roles
-    start and stores the fp32 band copy by TMA; the in and out passes beside it copy the rows
+    """The SM100 grouped entries (MXFP8, FP8 x FP4; compiled, not run here): each GEMM is a
+    block-scaled tcgen05 kernel (its UTCQMMA, UTCCP and TMA: the test above, which takes every
+    BlockScaled kernel) over our grouped mainloop (Sm100GroupedMxMainloop::load_grouped: TMA loads
+    of A, B and both scale tensors), and builds its expert table with a warp scan (SHFL.UP) before
+    the roles start; the in and out passes beside it copy the rows
     (16-byte loads and stores) and write D with the bias's rounding (no TMA: any ldd)."""
     text = sass("sm100a")
     entries = [e for e in pg._C.built_kernels() if e["arch"] == "sm100a" and "_grouped_" in e["config"]]
@@ -179,9 +180,7 @@ def test_sm100a_grouped_kernel_and_its_passes():
     gemm = {n: b for n, b in fns.items() if "Sm100GroupedMxMainloop" in n}
     assert len(gemm) == len(entries), (len(gemm), [e["config"] for e in entries])
     for name, body in gemm.items():
-        assert re.search(r"\bUTCQMMA gdesc\[\w+\], gdesc\[\w+\], tmem\[\w+\], tmem\[\w+\], idesc\[\w+\], tmem\[\w+\]",
-                         body), f"no block-scaled UTCQMMA in {name[:120]}"
-        assert body.count("UTMALDG") >= 4 and "UTMASTG" in body, "TMA loads of A, B, SFA, SFB; a TMA store of D"
+        assert body.count("UTMALDG") >= 4, f"TMA loads of A, B, SFA, SFB in {name[:120]}"
         assert "SHFL.UP" in body, "no warp scan: the expert table is not built in the kernel"
     passes = {n: b for n, b in fns.items() if "sm100_grouped_bands_" in n}
     ins = [b for n, b in passes.items() if "bands_in_kernel" in n]

@@ -1,6 +1,7 @@
 // What every builder shares around CUTLASS's collective builders.
 #pragma once
 
+#include <cstddef>
 #include <type_traits>
 
 #include "cutlass/gemm/collective/collective_builder.hpp"
@@ -24,5 +25,8 @@ template <int Stages, int CarveoutBytes>
 using StageCountFor =
     std::conditional_t<Stages == 0, cutlass::gemm::collective::StageCountAutoCarveout<CarveoutBytes>,
                        cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
+
+// GemmArgs::workspace's parts start 256 bytes apart (the caller's buffer is 256 B aligned).
+inline size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace persistent_gemm::kernel

@@ -118,7 +118,6 @@ struct Workspace {
   int64_t bands, ld_d;
   size_t bytes;
 };
-inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 inline Workspace carve(GemmArgs const& g) {
   int64_t const bands = host::sm100_bands::bands_bound(g.m, g.groups);
   int64_t const rows = bands * host::sm100_bands::kBandRows;

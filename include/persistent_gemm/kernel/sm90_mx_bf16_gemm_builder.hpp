@@ -60,7 +60,6 @@ struct Workspace {
   int64_t ldy;
   size_t bytes;
 };
-inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 inline int64_t band_rows(GemmArgs const& g) { return (int64_t(g.m) + 127) / 128 * 128; }
 inline Workspace carve(GemmArgs const& g) {
   int64_t const w_rows = band_rows(g) * (g.groups > 0 ? g.groups : 1);
