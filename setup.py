@@ -152,7 +152,8 @@ def extensions():
     cxx = list(FLAGS.CXX_FLAGS)
     rel = lambda paths: [os.path.relpath(p, ROOT) for p in paths]
     core = ["csrc/ops.cpp", "csrc/checks.cpp", "csrc/dispatch.cpp", "csrc/arch_registry.cpp", "csrc/heuristics.cpp",
-            "csrc/cost_model.cpp", "csrc/module.cpp", "csrc/self_check.cpp", "csrc/quantize.cpp", "csrc/grouped.cpp"]
+            "csrc/cost_model.cpp", "csrc/module.cpp", "csrc/self_check.cpp", "csrc/quantize.cpp", "csrc/grouped.cpp",
+            "csrc/moe_routing.cpp"]
     exts = [CUDAExtension("persistent_gemm._C", core + rel(sources["_C"]), include_dirs=includes,
                           extra_compile_args={"cxx": cxx})]
     for spec in archs:

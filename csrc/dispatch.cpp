@@ -25,7 +25,6 @@ namespace persistent_gemm {
 namespace {
 
 std::atomic<bool> g_poison_outputs{false};
-bool poison_outputs() { return g_poison_outputs.load(std::memory_order_relaxed) || self_check::running(); }
 
 
 DType to_dtype(at::ScalarType t) {
@@ -321,6 +320,7 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
 }
 
 void set_poison_outputs(bool on) { g_poison_outputs.store(on); }
+bool poison_outputs() { return g_poison_outputs.load(std::memory_order_relaxed) || self_check::running(); }
 
 at::Tensor mm_cuda(at::Tensor const& a, at::Tensor const& b, std::optional<at::ScalarType> out_dtype,
                    std::optional<c10::string_view> config, std::optional<at::Tensor> const& bias, double alpha,

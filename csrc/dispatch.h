@@ -54,6 +54,8 @@ struct Operands {
 
 // Tests only: fill each kernel's output buffer with NaN before the launch.
 void set_poison_outputs(bool on);
+// Whether to: set by tests, or while the self-check runs.
+bool poison_outputs();
 
 // Registry of arch modules, filled from Python at import (persistent_gemm/__init__.py).
 struct ArchModule {

@@ -279,7 +279,7 @@ at::Tensor grouped_mm_autograd(at::Tensor const& a, at::Tensor const& b, at::Ten
                                std::optional<c10::string_view> config) {
   for (auto [name, t] : {std::pair<char const*, at::Tensor const*>{"a", &a}, {"b", &b},
                          {"bias", bias ? &*bias : nullptr}})
-    TORCH_CHECK(!t || !t->requires_grad(), msg(kOp, ": ", name, " requires grad, but grouped_mm is for inference "
+    TORCH_CHECK(!t || !at::GradMode::is_enabled() || !t->requires_grad(), msg(kOp, ": ", name, " requires grad, but grouped_mm is for inference "
                 "(no backward); detach it or run under torch.no_grad()"));
   at::AutoDispatchBelowADInplaceOrView below;
   static auto const op = c10::Dispatcher::singleton()

@@ -166,7 +166,8 @@ def test_forward_traces_whole_without_reading_routing_on_the_host(fmt):
     assert len(graphs) == 1
     called = {getattr(n.target, "__name__", str(n.target)) for n in graphs[0].graph.nodes}
     assert not called & {"item", "tolist", "bincount", "nonzero", "unique", "masked_select", "_local_scalar_dense"}
-    assert "sort" in called and "searchsorted" in called
+    # the routing is ours, in the graph: sort and gather, the gated activation, the weighted sum
+    assert {"moe_dispatch.default", "moe_activation.default", "moe_combine.default"} <= called, called
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "mxfp8", "mxfp4_weight_only"])

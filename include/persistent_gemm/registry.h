@@ -10,7 +10,7 @@
 namespace persistent_gemm {
 
 // Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
-constexpr int kRegistryAbiVersion = 15;
+constexpr int kRegistryAbiVersion = 16;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
 
@@ -107,6 +107,64 @@ struct DequantizeJob {
   int64_t ldo = 0;
 };
 
+// MoE routing on the device (host/moe_routing.cuh; the ops of csrc/moe_routing.cpp).
+// One byte matrix gathered by moe_dispatch: dst row slot_rows[s] = src row s / top_k.
+struct MoeGather {
+  const void* src = nullptr;
+  int64_t ld_src = 0;  // bytes
+  void* dst = nullptr; // rows of row_bytes, back to back
+  int64_t row_bytes = 0;
+};
+
+// KernelTable::moe_dispatch: router_indices (tokens, top_k) int32 or int64, contiguous; slot
+// s = t * top_k + j. The slots sorted stably by expert: offs (experts,) int32 cumulative row
+// ends, slot_rows (tokens * top_k,) int32 the sorted row of each slot, and up to two matrices
+// gathered into that order. An index outside [0, experts) prints its slot and fails the launch.
+struct MoeDispatchJob {
+  const void* indices = nullptr;
+  bool indices_64 = false;
+  int64_t tokens = 0;
+  int32_t top_k = 0, experts = 0;
+  int32_t* offs = nullptr;
+  int32_t* slot_rows = nullptr;
+  MoeGather gather[2];
+  int32_t gathers = 0;
+  int32_t sm_count = 0;
+};
+
+// KernelTable::moe_combine: out[t] = sum over j = 0 .. top_k - 1, in order, of
+// float(weights[t][j]) * float(y[slot_rows[t * top_k + j]]), in fp32, rounded once.
+// Element strides; y BF16 / FP16 / FP32, weights and out BF16 / FP16 / FP32.
+struct MoeCombineJob {
+  const void* y = nullptr;
+  DType y_dtype = DType::BF16;
+  int64_t ld_y = 0;
+  const int32_t* slot_rows = nullptr;
+  const void* weights = nullptr;
+  DType w_dtype = DType::FP32;
+  int64_t ld_w = 0;
+  void* out = nullptr;
+  DType out_dtype = DType::BF16;
+  int64_t ld_out = 0;
+  int64_t tokens = 0, top_k = 0, d = 0;
+  int64_t y_rows = 0;  // a slot_rows entry outside [0, y_rows) prints its slot and fails the launch
+};
+
+// KernelTable::moe_activation: h (rows, 2 * inter), gate columns [0, inter), up [inter, 2 inter)
+// -> out (rows, inter) in fp32, rounded once: SiLU(gate) * up, or gpt-oss's clamped SwiGLU
+// (gate <= limit, |up| <= limit, (up + 1) * gate * sigmoid(alpha * gate)). Element strides.
+struct MoeActivationJob {
+  const void* h = nullptr;
+  DType h_dtype = DType::BF16;
+  int64_t ld_h = 0;
+  void* out = nullptr;
+  DType out_dtype = DType::BF16;
+  int64_t ld_out = 0;
+  int64_t rows = 0, inter = 0;
+  bool gpt_oss = false;
+  float alpha = 0.0f, limit = 0.0f;
+};
+
 // The kernel style of a config (kernel_config.py's `kernel`).
 // Gemv: the MX decode kernel (kernel/sm90_mx_gemv.hpp), stream-K over 128-row weight strips; it
 // reads the activations' e8m0 scales as they come (plain rows of GemmArgs::ld_scale_b bytes).
@@ -186,6 +244,9 @@ struct KernelTable {
   cudaError_t (*scale_to_blocked)(ScaleRelayout const* jobs, int count, cudaStream_t stream);
   cudaError_t (*quantize_mxfp8)(QuantizeJob const& job, cudaStream_t stream);
   cudaError_t (*dequantize_mx)(DequantizeJob const& job, cudaStream_t stream);
+  cudaError_t (*moe_dispatch)(MoeDispatchJob const& job, cudaStream_t stream);
+  cudaError_t (*moe_combine)(MoeCombineJob const& job, cudaStream_t stream);
+  cudaError_t (*moe_activation)(MoeActivationJob const& job, cudaStream_t stream);
   ArchCost cost;
   int32_t reference_sm_count;  // multiprocessors of the part the constants describe
   // false: the project compiled these kernels but never ran them on such a GPU; the dispatcher

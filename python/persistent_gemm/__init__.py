@@ -41,6 +41,7 @@ if _C is not None:
     from . import _linear_op  # noqa: E402,F401  quantized_linear's fake and CPU kernels
     from ._ops import addmm, fp8_fp4_mm, mm, mxfp8_mm, scaled_mm  # noqa: E402,F401
     from .grouped import grouped_mm, masked_grouped_mm  # noqa: E402,F401  MoE experts (csrc/grouped.cpp)
+    from .moe_routing import moe_activation, moe_combine, moe_dispatch  # noqa: E402,F401  (csrc/moe_routing.cpp)
     from . import nn  # noqa: E402,F401  Linear layers and quantize_ (need the ops)
 
 

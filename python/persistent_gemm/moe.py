@@ -51,6 +51,8 @@ FORMATS = ("bf16", "mxfp8", "fp8_fp4", "mxfp8_weight_only", "mxfp4_weight_only")
 _PREPARED = {"mxfp8": "mxfp8", "mxfp8_weight_only": "mxfp8", "fp8_fp4": "fp4", "mxfp4_weight_only": "fp4"}
 _PROJS = ("gate_up", "down")
 _16BIT = (torch.bfloat16, torch.float16)
+#: the formats whose activations are MXFP8 (quantized per call)
+_MX_ACTIVATIONS = ("mxfp8", "fp8_fp4")
 
 
 def _grouped_mm(a, b, offs, *, scale_a, bias, out_dtype):
@@ -59,6 +61,13 @@ def _grouped_mm(a, b, offs, *, scale_a, bias, out_dtype):
     from .grouped import grouped_mm
 
     return grouped_mm(a, b, offs, scale_a=scale_a, bias=bias, out_dtype=out_dtype)
+
+
+def _routing():
+    """persistent_gemm.moe_routing, imported at the call as grouped_mm is (its fakes need the ops)."""
+    from . import moe_routing
+
+    return moe_routing
 
 
 def _dtype16(t: torch.Tensor) -> torch.dtype:
@@ -214,7 +223,8 @@ class GroupedExperts(torch.nn.Module):
     def forward(self, hidden_states: torch.Tensor, router_indices: torch.Tensor,
                 routing_weights: torch.Tensor) -> torch.Tensor:
         # No value is read on the host: the rows are sorted by expert and counted on the device
-        # (sort, searchsorted), so the work queued is the same for every routing.
+        # (moe_dispatch), so the work queued is the same for every routing. Five launches in the
+        # 16-bit formats: dispatch, grouped GEMM, activation, grouped GEMM, combine.
         x = hidden_states
         if x.dim() != 2 or x.shape[1] != self.hidden_size or not x.is_floating_point():
             raise ValueError(f"{self._who()}: hidden_states must be a float (tokens, {self.hidden_size}) tensor, got "
@@ -224,16 +234,17 @@ class GroupedExperts(torch.nn.Module):
             raise ValueError(f"{self._who()}: router_indices and routing_weights must both be (tokens, top_k) for "
                              f"{x.shape[0]} tokens, got {tuple(router_indices.shape)} and "
                              f"{tuple(routing_weights.shape)}")
-        tokens, top_k = router_indices.shape
         compute = self._compute_dtype(x.dtype)
-        expert, order = torch.sort(router_indices.reshape(-1), stable=True)  # sorted row r is slot order[r]
-        # offs[e]: the rows of experts 0..e, the cumulative ends grouped_mm takes
-        offs = torch.searchsorted(expert, torch.arange(self.num_experts, device=expert.device, dtype=expert.dtype),
-                                  right=True, out_int32=True)
-        h = self._gemm(x[order // top_k], "gate_up", offs, compute)
-        y = self._gemm(self._gate(h), "down", offs, compute)
-        slots = torch.empty_like(y).index_copy_(0, order, y).view(tokens, top_k, self.hidden_size)
-        return (slots.float() * routing_weights.unsqueeze(-1).float()).sum(1).to(x.dtype)
+        # The tokens cast or quantized once, then gathered by expert with their scales.
+        x, scale_a = self._activations(x, compute)
+        offs, slot_rows, rows = _routing().moe_dispatch(router_indices, self.num_experts, x,
+                                                         *(() if scale_a is None else (scale_a,)))
+        h = self._gemm(rows[0], rows[1] if scale_a is not None else None, "gate_up", offs, compute)
+        # fp32 where the down projection's activations are quantized (one rounding, to e4m3)
+        act = _routing().moe_activation(h, self.activation, alpha=self.alpha, limit=self.limit,
+                                        out_dtype=torch.float32 if self.fmt in _MX_ACTIVATIONS else compute)
+        y = self._gemm(*self._activations(act, compute), "down", offs, compute)
+        return _routing().moe_combine(y, slot_rows, routing_weights, out_dtype=hidden_states.dtype)
 
     def _compute_dtype(self, dtype: torch.dtype) -> torch.dtype:
         """The GEMMs' 16-bit activation and output dtype, chosen as pg.nn.Linear's formats do."""
@@ -243,30 +254,23 @@ class GroupedExperts(torch.nn.Module):
             return dtype
         return torch.bfloat16
 
-    def _gemm(self, x: torch.Tensor, proj: str, offs: torch.Tensor, compute: torch.dtype) -> torch.Tensor:
+    def _activations(self, x: torch.Tensor, compute: torch.dtype) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """A GEMM's activations and their scales: MXFP8 per 1x32 block (mxfp8, fp8_fp4), else ``compute``."""
+        if self.fmt in _MX_ACTIVATIONS:
+            return quantize_mxfp8(x, rule=self.rule)
+        return (x if x.dtype == compute else x.to(compute)), None
+
+    def _gemm(self, x: torch.Tensor, scale_a: Optional[torch.Tensor], proj: str, offs: torch.Tensor,
+              compute: torch.dtype) -> torch.Tensor:
         """One grouped GEMM of rows ``x`` (sorted by expert) with projection ``proj`` and its bias."""
         bias = self._parameters[f"{proj}_bias"]
         if bias is not None and bias.dtype != compute:
             bias = bias.to(compute)  # the op takes the output's dtype
-        scale_a = None
         if self.fmt == "bf16":
             b = self._parameters[f"{proj}_weight"].transpose(1, 2)  # (E, K, N) K-major, torch._grouped_mm's b
         else:
             b = self._prepared[proj]
-        if self.fmt in ("mxfp8", "fp8_fp4"):
-            x, scale_a = quantize_mxfp8(x, rule=self.rule)
-        elif x.dtype != compute:
-            x = x.to(compute)
         return _grouped_mm(x, b, offs, scale_a=scale_a, bias=bias, out_dtype=compute)
-
-    def _gate(self, h: torch.Tensor) -> torch.Tensor:
-        """(R, 2I) gate and up projections -> (R, I) float32 activations."""
-        gate, up = h.float().chunk(2, dim=-1)
-        if self.activation == "silu":
-            return torch.nn.functional.silu(gate) * up
-        gate = gate.clamp(max=self.limit)
-        up = up.clamp(min=-self.limit, max=self.limit)
-        return (up + 1) * (gate * torch.sigmoid(gate * self.alpha))
 
     def _apply(self, fn, recurse=True):
         # As pg.nn.Linear: a model-wide cast (.half(), .float()) must not convert the quantized
