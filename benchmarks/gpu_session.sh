@@ -3,7 +3,7 @@
 # Run from the repository root with the CUTLASS wheel downloaded into .whl/ (docs/benchmarks.md,
 # "Benchmarks"); results land under $OUT (default benchmarks/results/run).
 #
-#   bash benchmarks/gpu_session.sh build|test|grouped|grouped_owed|grouped_sanitize|grouped_ncu|sanitize|verify|stream_k|tiles|fitted|ncu_stalls|ncu_pair|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
+#   bash benchmarks/gpu_session.sh build|test|grouped|grouped_owed|grouped_sanitize|grouped_ncu|moe_routing|sanitize|verify|stream_k|tiles|fitted|ncu_stalls|ncu_pair|closing|accuracy|bench|bench_mx|decode|quant [extra bench_mm.py / bench_mx.py arguments]
 #
 # A device call brings back only a few files from $OUT: run the steps with OUT=$OUT/r and end the
 # call with `tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r`, or the logs past the first few are lost.
@@ -102,6 +102,22 @@ case "${1:-}" in
     owed_bench 120b 130 --shapes gpt-oss-120b-up,gpt-oss-120b-down --tokens 1,16,128,1024,4096
     owed_bench deepseek 200 --shapes deepseek-like-up,deepseek-like-down --tokens 1,16,128,1024,4096
     PYTHONPATH=/tmp/tfsite pytest_file grouped_ tests/test_moe.py -k TestCuda
+    ;;
+  moe_routing)
+    # The MoE routing kernels (moe_dispatch / moe_activation / moe_combine): their GPU tests, the
+    # three sanitizers (logs sanitize_moe_routing_<tool>.log), the MoE module's GPU tests, then the
+    # gpt-oss-20b layer rows that run on them (transformers' wheels from .whl/tf).
+    pytest_file moe_ tests/test_gpu_moe_routing.py
+    for tool in memcheck racecheck synccheck; do
+      log="$OUT/sanitize_moe_routing_$tool.log"
+      timeout 150 compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_moe_routing.py > "$log" 2>&1
+      echo "moe_routing $tool rc=$? ($(tail -1 "$log"))"
+    done
+    [ -d .whl/tf ] && [ ! -d /tmp/tfsite ] && python3 -m pip install -q --no-deps -t /tmp/tfsite .whl/tf/*.whl > "$OUT/tf_install.log" 2>&1
+    PYTHONPATH=/tmp/tfsite pytest_file moe_ tests/test_moe.py -k TestCuda
+    PYTHONPATH=/tmp/tfsite timeout 100 python3 benchmarks/bench_moe.py --check --eager-tokens 16 --shapes gpt-oss-20b-layer \
+      --tokens 1,16,128 --out "$OUT/moe_layer.csv" > "$OUT/bench_moe_layer.log" 2>&1
+    echo "bench_moe layer rc=$?"; tail -12 "$OUT/bench_moe_layer.log"
     ;;
   grouped_ncu)
     # Where an MoE contender's time goes (profile_moe.py): one launch of each LABELS entry under
