@@ -130,8 +130,10 @@ __global__ void moe_dispatch_kernel(MoeDispatchJob j) {
     base += n;
   }
   __syncthreads();
-  if (blockIdx.x == 0)
+  if (blockIdx.x == 0) {  // warp 0's bases are the experts' starts; read before warp 0 moves them
     for (int e = threadIdx.x; e < experts; e += blockDim.x) j.offs[e] = e + 1 < experts ? counts[e + 1] : int32_t(slots);
+    __syncthreads();
+  }
   // 3. Each slot's sorted row; this CTA's rows [r0, r1) copied.
   int64_t const r0 = slots * blockIdx.x / gridDim.x, r1 = slots * (blockIdx.x + 1) / gridDim.x;
   unsigned const below = (1u << lane) - 1;
