@@ -12,6 +12,11 @@
 // its warps' slots again, ranking equal experts within a 32-slot batch by __match_any_sync. Each
 // CTA copies only the sorted rows of its own range; CTA 0 writes offs and slot_rows. The counting
 // is repeated per CTA (S = tokens x top_k index reads from L2), which is what buys one launch.
+//
+// Programmatic dependent launch, as the grouped GEMVs: each kernel is launched allowed to start
+// before the previous kernel on the stream ends, waits for it before reading anything, and lets
+// the next kernel start at once (a grouped GEMV then streams its weights while this one runs;
+// it reads what this one writes only after its own wait).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +32,17 @@
 namespace persistent_gemm::host {
 
 namespace moe_detail {
+
+__device__ __forceinline__ void wait_prerequisites() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 constexpr int kMaxWarps = 16;
 constexpr int kCountInts = 11776;  // counts[warps][experts]: 46 KB, under static shared memory's 48
@@ -94,6 +110,8 @@ __global__ void moe_dispatch_kernel(MoeDispatchJob j) {
   int64_t const lo = slots * warp / warps, hi = slots * (warp + 1) / warps;
   for (int i = threadIdx.x; i < warps * experts; i += blockDim.x) counts[i] = 0;
   if (threadIdx.x == 0) first_bad = ~0ull;
+  wait_prerequisites();
+  launch_dependents();
   __syncthreads();
   // 1. counts[w][e]; the first slot whose index is not an expert.
   for (int64_t s = lo + lane; s < hi; s += 32) {
@@ -191,6 +209,8 @@ constexpr int kElemThreads = 256;
 template <class Y>
 __global__ void __launch_bounds__(kElemThreads) moe_combine_kernel(MoeCombineJob j) {
   int64_t const c = int64_t(blockIdx.x) * kElemThreads + threadIdx.x;
+  wait_prerequisites();
+  launch_dependents();
   if (c >= j.d) return;
   for (int64_t t = blockIdx.y; t < j.tokens; t += gridDim.y) {
     float acc = 0.0f;
@@ -223,6 +243,8 @@ __device__ __forceinline__ float activation(float gate, float up, bool gpt_oss, 
 template <class H>
 __global__ void __launch_bounds__(kElemThreads) moe_activation_kernel(MoeActivationJob j) {
   int64_t const c = int64_t(blockIdx.x) * kElemThreads + threadIdx.x;
+  wait_prerequisites();
+  launch_dependents();
   if (c >= j.inter) return;
   for (int64_t r = blockIdx.y; r < j.rows; r += gridDim.y) {
     float const gate = load_as_float<H>(j.h, r * j.ld_h + c), up = load_as_float<H>(j.h, r * j.ld_h + j.inter + c);
@@ -230,25 +252,41 @@ __global__ void __launch_bounds__(kElemThreads) moe_activation_kernel(MoeActivat
   }
 }
 
+// <<<grid, threads>>> with the programmatic-serialization attribute.
+template <class Job>
+cudaError_t launch_pdl(void (*kernel)(Job), dim3 grid, dim3 block, Job const& job, cudaStream_t stream) {
+  cudaLaunchAttribute attr[1]{};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, job);
+}
+
 template <template <class> class Kernel, class Job>
 cudaError_t launch_typed(DType t, dim3 grid, Job const& job, cudaStream_t stream) {
   switch (t) {
-    case DType::BF16: Kernel<__nv_bfloat16>::launch(grid, job, stream); break;
-    case DType::FP16: Kernel<__half>::launch(grid, job, stream); break;
-    case DType::FP32: Kernel<float>::launch(grid, job, stream); break;
+    case DType::BF16: return Kernel<__nv_bfloat16>::launch(grid, job, stream);
+    case DType::FP16: return Kernel<__half>::launch(grid, job, stream);
+    case DType::FP32: return Kernel<float>::launch(grid, job, stream);
     default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 template <class T>
 struct Combine {
-  static void launch(dim3 grid, MoeCombineJob const& j, cudaStream_t s) { moe_combine_kernel<T><<<grid, kElemThreads, 0, s>>>(j); }
+  static cudaError_t launch(dim3 grid, MoeCombineJob const& j, cudaStream_t s) {
+    return launch_pdl(&moe_combine_kernel<T>, grid, dim3(kElemThreads), j, s);
+  }
 };
 template <class T>
 struct Activation {
-  static void launch(dim3 grid, MoeActivationJob const& j, cudaStream_t s) {
-    moe_activation_kernel<T><<<grid, kElemThreads, 0, s>>>(j);
+  static cudaError_t launch(dim3 grid, MoeActivationJob const& j, cudaStream_t s) {
+    return launch_pdl(&moe_activation_kernel<T>, grid, dim3(kElemThreads), j, s);
   }
 };
 
@@ -265,8 +303,8 @@ inline cudaError_t moe_dispatch(MoeDispatchJob const& job, cudaStream_t stream) 
   // A CTA per sorted row up to two per SM: every CTA counts all slots, so no more than that.
   int64_t const sms = job.sm_count > 0 ? job.sm_count : 1;
   int64_t const ctas = slots < 2 * sms ? slots : 2 * sms;
-  moe_detail::moe_dispatch_kernel<<<dim3(unsigned(ctas)), dim3(unsigned(32 * warps)), 0, stream>>>(job);
-  return cudaGetLastError();
+  return moe_detail::launch_pdl(&moe_detail::moe_dispatch_kernel, dim3(unsigned(ctas)), dim3(unsigned(32 * warps)), job,
+                                stream);
 }
 
 inline cudaError_t moe_combine(MoeCombineJob const& job, cudaStream_t stream) {
