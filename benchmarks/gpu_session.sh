@@ -110,7 +110,7 @@ case "${1:-}" in
     pytest_file moe_ tests/test_gpu_moe_routing.py
     for tool in memcheck racecheck synccheck; do
       log="$OUT/sanitize_moe_routing_$tool.log"
-      timeout 150 compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_moe_routing.py > "$log" 2>&1
+      timeout ${SAN_TIMEOUT:-80} compute-sanitizer --tool $tool --error-exitcode 1 python3 benchmarks/sanitize_moe_routing.py > "$log" 2>&1
       echo "moe_routing $tool rc=$? ($(tail -1 "$log"))"
     done
     [ -d .whl/tf ] && [ ! -d /tmp/tfsite ] && python3 -m pip install -q --no-deps -t /tmp/tfsite .whl/tf/*.whl > "$OUT/tf_install.log" 2>&1
