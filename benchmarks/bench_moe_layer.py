@@ -16,7 +16,8 @@ checkpoint's are not zero), bf16, on the GPU.
          top-k in float32. Its time is every row's torch_us.
   ours   the same layer (a copy sharing its tensors), its experts module swapped by
          pg.nn.quantize_(layer, fmt, filter_fn=the experts only) for a pg.nn.GroupedExperts (two
-         pg.grouped_mm calls, the routing's sort and the top-k sum on the device); the router stays
+         pg.grouped_mm calls between pg.moe_dispatch, pg.moe_activation and pg.moe_combine: five
+         launches of ours, nothing read on the host); the router stays
          torch bf16, as in gpt-oss's MXFP4 checkpoint.
   tk     empty: vLLM's whole triton_kernels MoE layer is not built here (bench_moe times its GEMMs).
 Inputs: (1, tokens, hidden) bf16 N(0, 1), COPIES of them rotated call by call, each routed by the router
