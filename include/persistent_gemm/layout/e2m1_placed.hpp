@@ -20,13 +20,7 @@
 
 #include <cstdint>
 
-#ifndef PGEMM_HD
-#if defined(__CUDACC__)
-#define PGEMM_HD __host__ __device__ __forceinline__
-#else
-#define PGEMM_HD inline
-#endif
-#endif
+#include "persistent_gemm/layout/mx_blocked.hpp"  // PGEMM_HD
 
 namespace persistent_gemm::e2m1_placed {
 
