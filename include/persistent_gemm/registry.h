@@ -9,7 +9,7 @@
 
 namespace persistent_gemm {
 
-// Bumped whenever GemmArgs or KernelEntry change layout; a mismatch refuses to register.
+// Bumped whenever GemmArgs, KernelEntry or KernelTable change layout; a mismatch refuses to register.
 constexpr int kRegistryAbiVersion = 16;
 
 enum class DType : int32_t { BF16 = 0, FP16 = 1, FP32 = 2, E4M3 = 3, E8M0 = 4, E2M1 = 5 };
