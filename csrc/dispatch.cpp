@@ -27,16 +27,6 @@ namespace {
 std::atomic<bool> g_poison_outputs{false};
 
 
-DType to_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kBFloat16: return DType::BF16;
-    case at::kHalf: return DType::FP16;
-    case at::kFloat: return DType::FP32;
-    case at::kFloat8_e4m3fn: return DType::E4M3;
-    default: TORCH_CHECK(false, msg("persistent_gemm: internal error: no kernel dtype for ", t));
-  }
-}
-
 bool aligned16(void const* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The leading dimension TMA would read `t` (rows, cols) with, `cols` being the dimension meant
@@ -317,6 +307,16 @@ at::Tensor launch(char const* op, ArchModule const& mod, Request req, Operands i
   d = finish_epilogue(e, d, epi);
   if (kernel_out != p.out_dtype) return d.to(p.out_dtype);
   return c.pad_d ? d.contiguous() : d;
+}
+
+DType to_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return DType::BF16;
+    case at::kHalf: return DType::FP16;
+    case at::kFloat: return DType::FP32;
+    case at::kFloat8_e4m3fn: return DType::E4M3;
+    default: TORCH_CHECK(false, msg("persistent_gemm: internal error: no kernel dtype for ", t));
+  }
 }
 
 void set_poison_outputs(bool on) { g_poison_outputs.store(on); }

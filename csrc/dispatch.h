@@ -56,6 +56,8 @@ struct Operands {
 void set_poison_outputs(bool on);
 // Whether to: set by tests, or while the self-check runs.
 bool poison_outputs();
+// A kernel operand's element type (bf16, fp16, fp32, e4m3); any other is an internal error.
+DType to_dtype(at::ScalarType t);
 
 // Registry of arch modules, filled from Python at import (persistent_gemm/__init__.py).
 struct ArchModule {

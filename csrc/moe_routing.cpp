@@ -34,14 +34,8 @@ namespace {
 constexpr char kDispatch[] = "persistent_gemm.moe_dispatch";
 constexpr char kActivation[] = "persistent_gemm.moe_activation";
 constexpr char kCombine[] = "persistent_gemm.moe_combine";
-// host/moe_routing.cuh's counts table: E x (at least one warp) int32 in 46 KB of shared memory.
-constexpr int64_t kMaxExperts = 11776;
 
 bool is_float(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf || t == at::kFloat; }
-
-DType dtype_of(at::ScalarType t) {
-  return t == at::kFloat ? DType::FP32 : (t == at::kHalf ? DType::FP16 : DType::BF16);
-}
 
 void check_float(char const* op, char const* arg, at::Tensor const& t) {
   TORCH_CHECK_TYPE(is_float(t.scalar_type()), msg(op, ": ", arg, " must be torch.bfloat16, torch.float16 or "
@@ -79,8 +73,8 @@ void check_dispatch(at::Tensor const& idx, int64_t experts, at::TensorList rows)
                        dtype_name(idx.scalar_type())));
   TORCH_CHECK_VALUE(idx.dim() == 2 && idx.size(1) >= 1, msg(kDispatch, ": router_indices must be 2-D (tokens, "
                     "top_k) with top_k >= 1, got shape ", idx.sizes()));
-  TORCH_CHECK_VALUE(experts >= 1 && experts <= kMaxExperts, msg(kDispatch, ": num_experts must be in [1, ",
-                    kMaxExperts, "], got ", experts));
+  TORCH_CHECK_VALUE(experts >= 1 && experts <= kMoeMaxExperts, msg(kDispatch, ": num_experts must be in [1, ",
+                    kMoeMaxExperts, "], got ", experts));
   TORCH_CHECK_VALUE(idx.numel() <= INT32_MAX, msg(kDispatch, ": router_indices has ", idx.numel(), " slots; "
                     "grouped_mm's offs are int32"));
   TORCH_CHECK_VALUE(rows.size() <= 2, msg(kDispatch, ": rows takes at most two tensors (the activations and "
@@ -204,8 +198,8 @@ at::Tensor moe_activation_cuda(at::Tensor const& h, c10::string_view kind, doubl
   at::Tensor const hs = unit_columns(h);
   at::Tensor out = at::empty({h.size(0), h.size(1) / 2}, h.options().dtype(c.out));
   MoeActivationJob job;
-  job.h = hs.data_ptr(), job.h_dtype = dtype_of(hs.scalar_type()), job.ld_h = row_stride(hs);
-  job.out = out.data_ptr(), job.out_dtype = dtype_of(c.out), job.ld_out = out.size(1);
+  job.h = hs.data_ptr(), job.h_dtype = to_dtype(hs.scalar_type()), job.ld_h = row_stride(hs);
+  job.out = out.data_ptr(), job.out_dtype = to_dtype(c.out), job.ld_out = out.size(1);
   job.rows = out.size(0), job.inter = out.size(1);
   job.gpt_oss = c.gpt_oss, job.alpha = float(alpha), job.limit = float(limit);
   poison({&out});
@@ -265,10 +259,10 @@ at::Tensor moe_combine_cuda(at::Tensor const& y, at::Tensor const& slot_rows, at
   at::Tensor const ys = unit_columns(y), ws = routing_weights.contiguous(), sr = slot_rows.contiguous();
   at::Tensor out = at::empty({ws.size(0), y.size(1)}, y.options().dtype(out_t));
   MoeCombineJob job;
-  job.y = ys.data_ptr(), job.y_dtype = dtype_of(ys.scalar_type()), job.ld_y = row_stride(ys);
+  job.y = ys.data_ptr(), job.y_dtype = to_dtype(ys.scalar_type()), job.ld_y = row_stride(ys);
   job.slot_rows = sr.data_ptr<int32_t>();
-  job.weights = ws.data_ptr(), job.w_dtype = dtype_of(ws.scalar_type()), job.ld_w = ws.size(1);
-  job.out = out.data_ptr(), job.out_dtype = dtype_of(out_t), job.ld_out = out.size(1);
+  job.weights = ws.data_ptr(), job.w_dtype = to_dtype(ws.scalar_type()), job.ld_w = ws.size(1);
+  job.out = out.data_ptr(), job.out_dtype = to_dtype(out_t), job.ld_out = out.size(1);
   job.tokens = ws.size(0), job.top_k = ws.size(1), job.d = y.size(1), job.y_rows = y.size(0);
   poison({&out});
   check_launch(kCombine, module_for(kCombine, y).table->moe_combine(job, c10::cuda::getCurrentCUDAStream(y.get_device())));

@@ -108,6 +108,9 @@ struct DequantizeJob {
 };
 
 // MoE routing on the device (host/moe_routing.cuh; the ops of csrc/moe_routing.cpp).
+// moe_dispatch's most experts: its counts table (experts x at least one warp, int32) in 46 KB of
+// static shared memory.
+constexpr int32_t kMoeMaxExperts = 11776;
 // One byte matrix gathered by moe_dispatch: dst row slot_rows[s] = src row s / top_k.
 struct MoeGather {
   const void* src = nullptr;

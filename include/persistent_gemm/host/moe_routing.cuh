@@ -21,12 +21,12 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include "persistent_gemm/host/quantize_mxfp8.cuh"  // quant_detail::to_float, launch_for_element
 #include "persistent_gemm/registry.h"
 
 namespace persistent_gemm::host {
@@ -45,7 +45,7 @@ __device__ __forceinline__ void launch_dependents() {
 }
 
 constexpr int kMaxWarps = 16;
-constexpr int kCountInts = 11776;  // counts[warps][experts]: 46 KB, under static shared memory's 48
+constexpr int kCountInts = kMoeMaxExperts;  // counts[warps][experts]: 46 KB, under static shared memory's 48
 
 // Warps that count: as many as the counts table fits, at most 16.
 inline int dispatch_warps(int experts) {
@@ -178,19 +178,13 @@ __global__ void moe_dispatch_kernel(MoeDispatchJob j) {
   }
 }
 
-template <class T>
-__device__ __forceinline__ float load_as_float(void const* p, int64_t i) {
-  if constexpr (std::is_same_v<T, float>)
-    return static_cast<float const*>(p)[i];
-  else if constexpr (std::is_same_v<T, __half>)
-    return __half2float(static_cast<__half const*>(p)[i]);
-  else
-    return __bfloat162float(static_cast<__nv_bfloat16 const*>(p)[i]);
-}
+using quant_detail::to_float;
 
+// Element i of a bf16 / fp16 / fp32 array `t` names, as float.
 __device__ __forceinline__ float load_any(void const* p, DType t, int64_t i) {
-  return t == DType::FP32 ? load_as_float<float>(p, i)
-                          : (t == DType::FP16 ? load_as_float<__half>(p, i) : load_as_float<__nv_bfloat16>(p, i));
+  return t == DType::FP32 ? static_cast<float const*>(p)[i]
+                          : (t == DType::FP16 ? to_float(static_cast<__half const*>(p)[i])
+                                              : to_float(static_cast<__nv_bfloat16 const*>(p)[i]));
 }
 
 __device__ __forceinline__ void store_any(void* p, DType t, int64_t i, float v) {
@@ -225,7 +219,7 @@ __global__ void __launch_bounds__(kElemThreads) moe_combine_kernel(MoeCombineJob
         return;
       }
       float const w = load_any(j.weights, j.w_dtype, t * j.ld_w + k);
-      acc = __fadd_rn(acc, __fmul_rn(w, load_as_float<Y>(j.y, row * j.ld_y + c)));  // no FMA: the CPU's sums
+      acc = __fadd_rn(acc, __fmul_rn(w, to_float(static_cast<Y const*>(j.y)[row * j.ld_y + c])));  // no FMA: the CPU's sums
     }
     store_any(j.out, j.out_dtype, t * j.ld_out + c, acc);
   }
@@ -247,7 +241,8 @@ __global__ void __launch_bounds__(kElemThreads) moe_activation_kernel(MoeActivat
   launch_dependents();
   if (c >= j.inter) return;
   for (int64_t r = blockIdx.y; r < j.rows; r += gridDim.y) {
-    float const gate = load_as_float<H>(j.h, r * j.ld_h + c), up = load_as_float<H>(j.h, r * j.ld_h + j.inter + c);
+    H const* h = static_cast<H const*>(j.h) + r * j.ld_h;
+    float const gate = to_float(h[c]), up = to_float(h[j.inter + c]);
     store_any(j.out, j.out_dtype, r * j.ld_out + c, activation(gate, up, j.gpt_oss, j.alpha, j.limit));
   }
 }
@@ -266,29 +261,6 @@ cudaError_t launch_pdl(void (*kernel)(Job), dim3 grid, dim3 block, Job const& jo
   config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, kernel, job);
 }
-
-template <template <class> class Kernel, class Job>
-cudaError_t launch_typed(DType t, dim3 grid, Job const& job, cudaStream_t stream) {
-  switch (t) {
-    case DType::BF16: return Kernel<__nv_bfloat16>::launch(grid, job, stream);
-    case DType::FP16: return Kernel<__half>::launch(grid, job, stream);
-    case DType::FP32: return Kernel<float>::launch(grid, job, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
-
-template <class T>
-struct Combine {
-  static cudaError_t launch(dim3 grid, MoeCombineJob const& j, cudaStream_t s) {
-    return launch_pdl(&moe_combine_kernel<T>, grid, dim3(kElemThreads), j, s);
-  }
-};
-template <class T>
-struct Activation {
-  static cudaError_t launch(dim3 grid, MoeActivationJob const& j, cudaStream_t s) {
-    return launch_pdl(&moe_activation_kernel<T>, grid, dim3(kElemThreads), j, s);
-  }
-};
 
 constexpr int64_t kMaxGridY = 65535;
 
@@ -311,14 +283,19 @@ inline cudaError_t moe_combine(MoeCombineJob const& job, cudaStream_t stream) {
   if (job.tokens == 0 || job.d == 0) return cudaSuccess;
   int64_t const y = job.tokens < moe_detail::kMaxGridY ? job.tokens : moe_detail::kMaxGridY;
   dim3 const grid(unsigned((job.d + moe_detail::kElemThreads - 1) / moe_detail::kElemThreads), unsigned(y));
-  return moe_detail::launch_typed<moe_detail::Combine>(job.y_dtype, grid, job, stream);
+  return quant_detail::launch_for_element(job.y_dtype, [&](auto y) {
+    moe_detail::launch_pdl(&moe_detail::moe_combine_kernel<decltype(y)>, grid, dim3(moe_detail::kElemThreads), job, stream);
+  });
 }
 
 inline cudaError_t moe_activation(MoeActivationJob const& job, cudaStream_t stream) {
   if (job.rows == 0 || job.inter == 0) return cudaSuccess;
   int64_t const y = job.rows < moe_detail::kMaxGridY ? job.rows : moe_detail::kMaxGridY;
   dim3 const grid(unsigned((job.inter + moe_detail::kElemThreads - 1) / moe_detail::kElemThreads), unsigned(y));
-  return moe_detail::launch_typed<moe_detail::Activation>(job.h_dtype, grid, job, stream);
+  return quant_detail::launch_for_element(job.h_dtype, [&](auto h) {
+    moe_detail::launch_pdl(&moe_detail::moe_activation_kernel<decltype(h)>, grid, dim3(moe_detail::kElemThreads), job,
+                           stream);
+  });
 }
 
 }  // namespace persistent_gemm::host

@@ -135,10 +135,11 @@ __global__ void __launch_bounds__(kRowThreads) quantize_rowwise_e4m3_kernel(Quan
   }
 }
 
-// launch(T{}) with T the job's input element type; the launch's error.
+// launch(T{}) with T the element type `t` names (bf16, fp16 or fp32); the launch's error. The
+// quantizers' inputs and the MoE routing kernels' (host/moe_routing.cuh) operands.
 template <class Launch>
-cudaError_t launch_for_input(QuantizeJob const& job, Launch&& launch) {
-  switch (job.x_dtype) {
+cudaError_t launch_for_element(DType t, Launch&& launch) {
+  switch (t) {
     case DType::BF16: launch(__nv_bfloat16{}); break;
     case DType::FP16: launch(__half{}); break;
     case DType::FP32: launch(float{}); break;
@@ -153,7 +154,7 @@ inline cudaError_t quantize_rowwise_e4m3(QuantizeJob const& job, cudaStream_t st
   using namespace quant_detail;
   if (job.rows == 0) return cudaSuccess;
   if (job.rows > 0x7fffffff) return cudaErrorInvalidValue;
-  return launch_for_input(job, [&](auto element) {
+  return launch_for_element(job.x_dtype, [&](auto element) {
     quantize_rowwise_e4m3_kernel<decltype(element)><<<unsigned(job.rows), kRowThreads, 0, stream>>>(job);
   });
 }
@@ -166,7 +167,7 @@ inline cudaError_t quantize_mxfp8(QuantizeJob const& job, cudaStream_t stream) {
   if (threads_total == 0) return cudaSuccess;
   int const threads = 256;
   unsigned const grid = unsigned((threads_total + threads - 1) / threads);
-  return launch_for_input(job, [&](auto element) {
+  return launch_for_element(job.x_dtype, [&](auto element) {
     quantize_mxfp8_kernel<decltype(element)><<<grid, threads, 0, stream>>>(job);
   });
 }
